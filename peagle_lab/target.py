@@ -164,12 +164,16 @@ class Target:
         return Generation(tokens=tokens, prompt_len=len(prompt_ids), seconds=time.perf_counter() - t0)
 
     @torch.inference_mode()
-    def hf_generate(self, prompt_ids: list[int], max_new_tokens: int) -> Generation:
-        """transformers' own greedy ``generate`` on the same model (the `hf` baseline)."""
+    def hf_generate(self, prompt_ids: list[int], max_new_tokens: int, *, temperature: float = 0.0,
+                    top_p: float = 1.0, seed: int | None = None) -> Generation:
+        """transformers' own ``generate`` on the same model (the `hf` baseline)."""
+        if seed is not None:
+            torch.manual_seed(seed)
+        sampling = dict(do_sample=True, temperature=temperature, top_p=top_p, top_k=0) if temperature > 0 else dict(do_sample=False)
         t0 = time.perf_counter()
         ids = torch.tensor([prompt_ids], device=self.device)
         out = self.model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens,
-                                  do_sample=False, eos_token_id=list(self.eos_token_ids),
+                                  **sampling, eos_token_id=list(self.eos_token_ids),
                                   pad_token_id=self.eos_token_ids[0] if self.eos_token_ids else None)
         tokens = out[0, len(prompt_ids):].tolist()
         return Generation(tokens=tokens, prompt_len=len(prompt_ids), seconds=time.perf_counter() - t0)

@@ -1,0 +1,32 @@
+"""Shared test builders: tiny targets and drafters made in code."""
+import torch
+from transformers import AutoModelForCausalLM, LlamaConfig
+
+from peagle_lab.drafter import DrafterConfig, init_drafter
+from peagle_lab.target import Target
+
+
+def random_drafter(target, *, parallel: bool, num_layers: int = 1, draft_vocab_size: int | None = None,
+                   seed: int = 0, trained_depth: int | None = None, scale: float | None = None):
+    cfg = DrafterConfig.for_target(target, num_layers=num_layers, parallel_drafting=parallel,
+                                   draft_vocab_size=draft_vocab_size, trained_depth=trained_depth)
+    d = init_drafter(cfg, target, seed=seed)
+    if draft_vocab_size and draft_vocab_size < target.vocab_size:
+        g = torch.Generator().manual_seed(seed)
+        d.set_draft_vocab(torch.randperm(target.vocab_size, generator=g)[:draft_vocab_size])
+    if scale is not None:  # peakier random distributions for statistical tests
+        with torch.no_grad():
+            d.lm_head.weight.mul_(scale)
+    return d.eval()
+
+
+def tiny_target(vocab: int = 8, seed: int = 0, logit_scale: float = 1.0) -> Target:
+    cfg = LlamaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=5,
+                      num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=64,
+                      tie_word_embeddings=False, eos_token_id=None, bos_token_id=None, pad_token_id=None)
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
+    with torch.no_grad():
+        model.lm_head.weight.normal_(0, logit_scale)
+        model.get_input_embeddings().weight.normal_(0, 1.0)
+    return Target(model, tokenizer=None)
