@@ -36,3 +36,24 @@ def find(name: str) -> Path:
         have = ", ".join(table) or "none yet"
         raise FileNotFoundError(f"no shipped drafter named {name!r} (shipped: {have}); pass a checkpoint folder instead")
     return table[name]
+
+
+def drafter_for(target, method: str, seed: int = 0):
+    """The shipped drafter for ``method`` ("eagle" / "peagle") if the target is the embedded one,
+    else a randomly initialised drafter of the same anatomy, with a sentence saying which.
+
+    Random drafters keep every oracle intact (output stays identical to AR) but accept almost
+    nothing; they let the notebooks run before any drafter is trained.
+    """
+    from .drafter import DrafterConfig, init_drafter, load_drafter
+
+    name = f"{method}-smollm2"
+    table = shipped()
+    if name in table and target.vocab_size == 49152:
+        return load_drafter(table[name], target), f"shipped drafter {name} ({table[name]})"
+    parallel = method == "peagle"
+    cfg = DrafterConfig.for_target(target, num_layers=2 if parallel else 1, parallel_drafting=parallel,
+                                   draft_vocab_size=min(8192, target.vocab_size), trained_depth=8 if parallel else None)
+    return init_drafter(cfg, target, seed=seed).eval(), (
+        f"randomly initialised {method} drafter (no trained drafter shipped for this target): "
+        "outputs stay lossless, acceptance is near zero")

@@ -1,0 +1,123 @@
+"""Drafter checkpoints: bit-exact round trips in vLLM's layout, published variants, clear refusals."""
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from helpers import random_drafter
+from peagle_lab.drafter import IncompatibleDrafter, check_compatible, load_drafter, save_drafter
+from peagle_lab.engine import generate
+
+VLLM_LAYER_KEYS = {"self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
+                   "self_attn.o_proj.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight",
+                   "input_layernorm.weight", "post_attention_layernorm.weight"}
+
+
+@pytest.mark.parametrize("parallel", [False, True])
+def test_round_trip_is_bit_exact_and_vllm_shaped(target, tmp_path, parallel):
+    d = random_drafter(target, parallel=parallel, num_layers=2, draft_vocab_size=4096, seed=3, trained_depth=8)
+    path = save_drafter(d, tmp_path / "drafter")
+    back = load_drafter(path, target)
+    a, b = d.state_dict(), back.state_dict()
+    assert a.keys() == b.keys()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+    cfg = json.loads((path / "config.json").read_text())
+    assert cfg["architectures"] == ["LlamaForCausalLMEagle3"] and cfg["model_type"] == "llama"
+    assert cfg["draft_vocab_size"] == 4096 and cfg["vocab_size"] == target.vocab_size
+    assert cfg["eagle_aux_hidden_state_layer_ids"] == [2, 15, 27]
+    assert ("ptd_token_id" in cfg) == parallel
+    keys = set(load_file(str(path / "model.safetensors")))
+    expect = {"embed_tokens.weight", "fc.weight", "norm.weight", "lm_head.weight", "d2t", "t2d",
+              "layers.0.hidden_norm.weight"} | {f"layers.{i}.{k}" for i in range(2) for k in VLLM_LAYER_KEYS}
+    assert keys == expect | ({"mask_hidden"} if parallel else set())
+    w = load_file(str(path / "model.safetensors"))
+    assert w["layers.0.self_attn.q_proj.weight"].shape[1] == 2 * target.hidden_size    # layer 0 reads [embed; hidden]
+    assert w["layers.1.self_attn.q_proj.weight"].shape[1] == target.hidden_size
+    assert w["fc.weight"].shape == (target.hidden_size, 3 * target.hidden_size)
+    # d2t is an offset: target id = i + d2t[i]; t2d marks exactly those ids
+    ids = torch.arange(4096) + w["d2t"]
+    assert w["t2d"].sum() == 4096 and w["t2d"][ids].all()
+    if parallel:
+        assert w["mask_hidden"].numel() == 3 * target.hidden_size
+
+
+def test_published_variants_load(target, tmp_path):
+    """midlayer.* keys, a model. prefix, pard_token / mask_token_id, eagle_config taps, no embed_tokens."""
+    d = random_drafter(target, parallel=True, num_layers=1, seed=4)
+    path = save_drafter(d, tmp_path / "ours")
+    w = load_file(str(path / "model.safetensors"))
+    cfg = json.loads((path / "config.json").read_text())
+    variant = tmp_path / "published"
+    variant.mkdir()
+    renamed = {}
+    for k, v in w.items():
+        if k == "embed_tokens.weight":
+            continue  # shared with the target
+        if k.startswith("layers.0."):
+            k = "midlayer." + k[len("layers.0."):]
+        elif k not in ("d2t", "t2d", "mask_hidden", "lm_head.weight"):
+            k = "model." + k
+        renamed[k] = v.reshape(-1) if k == "mask_hidden" else v
+    save_file(renamed, str(variant / "model.safetensors"))
+    cfg["pard_token"] = cfg.pop("ptd_token_id")
+    cfg["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": cfg.pop("eagle_aux_hidden_state_layer_ids")}
+    (variant / "config.json").write_text(json.dumps(cfg))
+    back = load_drafter(variant, target)
+    assert back.embed_tokens is None and back.cfg.mask_token_id == d.cfg.mask_token_id
+    ids = target.chat_ids("Say hi.")
+    a = generate(target, ids, method="peagle", drafter=d, k=3, max_new_tokens=12)
+    b = generate(target, ids, method="peagle", drafter=back, k=3, max_new_tokens=12)
+    assert [s.drafts for s in a.steps] == [s.drafts for s in b.steps]   # same proposals: same weights
+
+    cfg2 = dict(cfg)
+    cfg2.pop("pard_token")
+    cfg2["mask_token_id"] = 7
+    (variant / "config.json").write_text(json.dumps(cfg2))
+    assert load_drafter(variant, target).cfg.mask_token_id == 7
+
+
+def test_missing_mask_hidden_is_refused(target, tmp_path):
+    path = save_drafter(random_drafter(target, parallel=True), tmp_path / "d")
+    w = load_file(str(path / "model.safetensors"))
+    del w["mask_hidden"]
+    save_file(w, str(path / "model.safetensors"))
+    with pytest.raises(ValueError, match="no mask_hidden"):
+        load_drafter(path, target)
+
+
+def test_incompatible_drafter_and_depth_are_refused(target, tmp_path):
+    d = random_drafter(target, parallel=True, trained_depth=4)
+    with pytest.raises(IncompatibleDrafter, match="K=6 exceeds the depth"):
+        check_compatible(d, target, k=6)
+    with pytest.raises(IncompatibleDrafter, match="K=6 exceeds"):
+        generate(target, [1, 2, 3], method="peagle", drafter=d, k=6, max_new_tokens=4)
+    check_compatible(d, target, k=4)
+    d.cfg.aux_layer_ids = (1, 2, 3)
+    with pytest.raises(IncompatibleDrafter, match=r"trained on target layers \[1, 2, 3\]"):
+        check_compatible(d, target)
+    d.cfg.aux_layer_ids, d.cfg.target_hidden_size = target.aux_layer_ids, 1024
+    with pytest.raises(IncompatibleDrafter, match="hidden size 1024"):
+        check_compatible(d, target)
+
+
+def test_failed_save_leaves_previous_checkpoint(target, tmp_path, monkeypatch):
+    d = random_drafter(target, parallel=False)
+    path = save_drafter(d, tmp_path / "d")
+    before = (path / "model.safetensors").read_bytes()
+    import peagle_lab.drafter as mod
+
+    def broken(*a, **k):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(mod, "save_file", broken)
+    with pytest.raises(OSError):
+        save_drafter(random_drafter(target, parallel=False, seed=9), path)
+    assert (path / "model.safetensors").read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d"]
+
+
+def test_not_a_drafter_folder(tmp_path):
+    with pytest.raises(FileNotFoundError, match="not a drafter folder"):
+        load_drafter(tmp_path)
