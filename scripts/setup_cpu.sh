@@ -24,12 +24,13 @@ t0=$(date +%s)
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
 $PIP install -q --upgrade pip
 
-# 1. torch, CPU build. A bare `pip install torch` would fetch a multi-GB CUDA build, so take a
-#    local CPU wheel when pip's find-links has one, else PyTorch's CPU index.
-if $PIP install -q --no-index "torch==$TORCH_VERSION" 2>/dev/null; then
-  echo "setup: torch $TORCH_VERSION from a local CPU wheel"
+# 1. torch, CPU build. A bare `pip install torch` would fetch a multi-GB CUDA build from PyPI, so
+#    ask for the `+cpu` local version: pip finds it in a local wheel directory (find-links) when
+#    there is one, otherwise we point pip at PyTorch's CPU index.
+if $PIP install -q "torch==$TORCH_VERSION+cpu" 2>/dev/null; then
+  echo "setup: torch $TORCH_VERSION+cpu (wheel found by pip's own configuration)"
 else
-  $PIP install -q "torch==$TORCH_VERSION" --index-url "$TORCH_CPU_INDEX" --extra-index-url https://pypi.org/simple
+  $PIP install -q "torch==$TORCH_VERSION+cpu" --extra-index-url "$TORCH_CPU_INDEX"
 fi
 
 # 2. vLLM's CPU build (serving stage) with its `bench` extra for `vllm bench serve`.
