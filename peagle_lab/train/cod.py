@@ -1,0 +1,112 @@
+"""Which (anchor, depth) elements a sequence trains on, who sees whom, and how to split them.
+
+Notation: the data sequence is ``x_0 .. x_{N-1}``; the target's features at position ``t`` are
+``h_t`` and its next-token distribution there is ``p_t`` (it predicts ``x_{t+1}``).
+
+An *element* ``(a, d)`` is the drafter slot that, standing at anchor ``a`` (the last position
+whose target features are known), predicts the token ``d+2`` steps after ``a`` from the
+distribution ``p_{a+1+d}``. Its position id is ``a + d``. Depth 0 reads the real token
+``x_{a+1}`` and ``fc(h_a)``; deeper elements read the mask token and ``fc(mask_hidden)``
+(P-EAGLE) or the true token ``x_{a+1+d}`` and the drafter's own output at ``(a, d-1)``
+(EAGLE-3's training-time test).
+
+**COD sampling** (from PARD): depth 0 keeps every anchor; depth ``d`` keeps about ``r^d`` of
+them, drawn from the anchors kept at depth ``d-1`` -- so every kept element has its parent.
+
+**The P-EAGLE mask**: key ``k`` is visible to query ``q`` iff
+``(depth_k == 0 and anchor_k <= anchor_q) or (anchor_k == anchor_q and depth_k <= depth_q)``.
+
+**Sequence partitioning** (P-EAGLE's Algorithm 1): positions are cut into S segments. Depth 0
+and 1 elements belong to the segment of their position, deeper ones to their parent's; each
+segment is run with every earlier depth-0 element prepended as context (recomputed, so gradients
+flow through it), and only its own elements are supervised. Summing the segments' losses, each
+divided by the global count, gives exactly the single-pass loss and gradient.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class Elements:
+    anchor: torch.Tensor     # (E,) long
+    depth: torch.Tensor      # (E,) long
+
+    def __len__(self) -> int:
+        return self.anchor.numel()
+
+    @property
+    def position(self) -> torch.Tensor:
+        return self.anchor + self.depth
+
+    def select(self, index: torch.Tensor) -> "Elements":
+        return Elements(self.anchor[index], self.depth[index])
+
+
+def cod_sample(seq_len: int, max_depth: int, keep_ratio: float = 0.7, supervised: torch.Tensor | None = None,
+               generator: torch.Generator | None = None) -> Elements:
+    """Elements for a sequence of ``seq_len`` tokens, depths ``0 .. max_depth-1``, depth-major order.
+
+    ``supervised[t]`` says whether token ``x_t`` may be a training target (e.g. response tokens
+    only); deeper elements are drawn only where their target token is supervised.
+    """
+    n = seq_len - 1                                       # anchors 0..N-2 (each needs x_{a+1})
+    if n < 1:
+        raise ValueError("a training sequence needs at least 2 tokens")
+    if supervised is None:
+        supervised = torch.ones(seq_len, dtype=torch.bool)
+    anchors = [torch.arange(n)]
+    for d in range(1, max_depth):
+        parents = anchors[-1]
+        target_pos = parents + 2 + d                      # element (a, d) predicts x_{a+2+d}
+        ok = target_pos < seq_len
+        ok[ok.clone()] = supervised[target_pos[ok]]
+        pool = parents[ok]
+        keep = int(round(len(pool) * keep_ratio)) if d > 0 else len(pool)
+        if keep == 0:
+            break
+        choice = torch.randperm(len(pool), generator=generator)[:keep]
+        anchors.append(pool[choice].sort().values)
+    return Elements(torch.cat(anchors), torch.cat([torch.full_like(a, d) for d, a in enumerate(anchors)]))
+
+
+def peagle_mask(q: Elements, k: Elements) -> torch.Tensor:
+    """(Eq, Ek) bool: True where query may attend to key (see module docstring)."""
+    qa, qd = q.anchor[:, None], q.depth[:, None]
+    ka, kd = k.anchor[None, :], k.depth[None, :]
+    return ((kd == 0) & (ka <= qa)) | ((ka == qa) & (kd <= qd))
+
+
+def peagle_mask_bruteforce(q: Elements, k: Elements) -> torch.Tensor:
+    """The same mask, written as the definition reads (for tests)."""
+    out = torch.zeros(len(q), len(k), dtype=torch.bool)
+    for i in range(len(q)):
+        for j in range(len(k)):
+            a_q, d_q = int(q.anchor[i]), int(q.depth[i])
+            a_k, d_k = int(k.anchor[j]), int(k.depth[j])
+            out[i, j] = (d_k == 0 and a_k <= a_q) or (a_k == a_q and d_k <= d_q)
+    return out
+
+
+@dataclass
+class Segment:
+    own: torch.Tensor        # indices (into the full element list) supervised in this segment
+    context: torch.Tensor    # indices of earlier depth-0 elements prepended as keys/values
+
+
+def partition(el: Elements, seq_len: int, num_segments: int) -> list[Segment]:
+    """Split elements into ``num_segments`` segments by position (Algorithm 1)."""
+    if num_segments < 1:
+        raise ValueError("num_segments must be >= 1")
+    bounds = torch.linspace(0, seq_len, num_segments + 1).round().long()
+    home_pos = torch.where(el.depth == 0, el.anchor, el.anchor + 1)   # depth >= 1 follow (a, 1)
+    seg = torch.bucketize(home_pos, bounds[1:-1], right=True)        # (E,)
+    segments = []
+    for s in range(num_segments):
+        own = (seg == s).nonzero().squeeze(-1)
+        context = ((seg < s) & (el.depth == 0)).nonzero().squeeze(-1)
+        if own.numel():
+            segments.append(Segment(own, context))
+    return segments

@@ -1,0 +1,135 @@
+"""The drafter's training loss on one sequence: single pass, or partitioned into segments.
+
+``SeqData`` holds what the target said about one sequence (computed online, no gradient):
+tokens ``x (N,)``, features ``aux (N, 3H)``, target logits restricted to the draft vocabulary
+``target_logits (N, Vd)``, and which tokens may be targets (``supervised (N,)``).
+
+Loss per supervised element ``(a, d)``: cross-entropy of the drafter's distribution ``q`` against
+the target's ``p_{a+1+d}`` renormalised over the draft vocabulary, i.e. KL(p || q) up to the
+(constant) entropy of p. Everything is *summed*; the trainer divides by the global count of
+supervised elements, so a partitioned run's gradient equals the single-pass one exactly.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from ..drafter import DrafterCache, Eagle3Drafter
+from .cod import Elements, partition, peagle_mask
+
+
+@dataclass
+class SeqData:
+    tokens: torch.Tensor          # (N,) long
+    aux: torch.Tensor             # (N, 3H)
+    target_logits: torch.Tensor   # (N, Vd) target logits at the draft-vocab ids
+    supervised: torch.Tensor      # (N,) bool: x_t may be a training target
+
+
+@dataclass
+class LossParts:
+    loss_sum: torch.Tensor        # sum of per-element losses (scalar)
+    count: int                    # supervised elements
+    correct: torch.Tensor         # (max_depth,) top-1 agreements with the target per depth
+    total: torch.Tensor           # (max_depth,) supervised elements per depth
+
+    def __add__(self, other: "LossParts") -> "LossParts":
+        return LossParts(self.loss_sum + other.loss_sum, self.count + other.count,
+                         self.correct + other.correct, self.total + other.total)
+
+
+def supervised_mask(el: Elements, data: SeqData) -> torch.Tensor:
+    """(E,) bool: the element's target token x_{a+2+d} exists and is supervised."""
+    n = data.tokens.numel()
+    tgt = el.anchor + 2 + el.depth
+    ok = tgt < n
+    ok[ok.clone()] = data.supervised[tgt[ok]]
+    return ok
+
+
+def _forward_parallel(drafter: Eagle3Drafter, el: Elements, data: SeqData) -> torch.Tensor:
+    """P-EAGLE: every element in one pass under the P-EAGLE mask -> logits (E, Vd)."""
+    d0 = el.depth == 0
+    mask_id = drafter.cfg.mask_token_id
+    ids = torch.where(d0, data.tokens[(el.anchor + 1).clamp(max=data.tokens.numel() - 1)], mask_id)
+    real = drafter.project(data.aux[el.anchor])                            # (E, H)
+    hidden = torch.where(d0[:, None], real, drafter.projected_mask_hidden().to(real.dtype))
+    _, logits = drafter(ids[None], hidden[None], None, positions=el.position[None],
+                        attn_mask=peagle_mask(el, el))
+    return logits[0]
+
+
+def _forward_sequential(drafter: Eagle3Drafter, el: Elements, data: SeqData) -> torch.Tensor:
+    """EAGLE-3 training-time test: depth by depth, each reading the previous depth's own output."""
+    cache = DrafterCache(drafter.cfg.num_layers)
+    seen: Elements | None = None
+    logits = torch.empty(len(el), drafter.cfg.draft_vocab_size, device=data.aux.device)
+    prev_anchor = prev_out = None
+    out_logits = []
+    order = []
+    for d in range(int(el.depth.max()) + 1):
+        idx = (el.depth == d).nonzero().squeeze(-1)
+        if idx.numel() == 0:
+            break
+        cur = el.select(idx)
+        ids = data.tokens[cur.anchor + 1 + d]
+        if d == 0:
+            hidden = drafter.project(data.aux[cur.anchor])
+        else:  # parent (a, d-1) is present by COD construction; anchors are sorted within a depth
+            parent = torch.searchsorted(prev_anchor, cur.anchor)
+            hidden = prev_out[parent]
+        keys = cur if seen is None else Elements(torch.cat([seen.anchor, cur.anchor]), torch.cat([seen.depth, cur.depth]))
+        prenorm, lg = drafter(ids[None], hidden[None], cache, positions=cur.position[None], attn_mask=peagle_mask(cur, keys))
+        out_logits.append(lg[0])
+        order.append(idx)
+        seen, prev_anchor, prev_out = keys, cur.anchor, prenorm[0]
+    logits = torch.empty(len(el), out_logits[0].shape[-1], dtype=out_logits[0].dtype, device=out_logits[0].device)
+    logits[torch.cat(order)] = torch.cat(out_logits)
+    return logits
+
+
+def element_losses(drafter: Eagle3Drafter, el: Elements, data: SeqData, method: str,
+                   max_depth: int, counted: torch.Tensor) -> LossParts:
+    """Loss summed over elements where ``counted`` is True (context elements are not counted)."""
+    if method == "peagle":
+        logits = _forward_parallel(drafter, el, data)
+    elif method == "eagle":
+        logits = _forward_sequential(drafter, el, data)
+    else:
+        raise ValueError(f"unknown training method {method!r}; use 'peagle' or 'eagle'")
+    use = counted & supervised_mask(el, data)
+    t = data.target_logits[(el.anchor + 1 + el.depth)[use]].float()       # (U, Vd)
+    logq = F.log_softmax(logits[use].float(), dim=-1)
+    loss_sum = -(F.softmax(t, dim=-1) * logq).sum()
+    depth = el.depth[use]
+    hit = (logits[use].argmax(-1) == t.argmax(-1)).long()
+    correct = torch.zeros(max_depth, dtype=torch.long).index_add_(0, depth.cpu(), hit.cpu())
+    total = torch.zeros(max_depth, dtype=torch.long).index_add_(0, depth.cpu(), torch.ones_like(hit).cpu())
+    return LossParts(loss_sum, int(use.sum()), correct, total)
+
+
+def sequence_loss(drafter: Eagle3Drafter, el: Elements, data: SeqData, *, method: str, max_depth: int,
+                  num_segments: int = 1, normalizer: float | None = None, backward: bool = False) -> LossParts:
+    """Loss of one sequence. With ``backward``, calls ``(loss / normalizer).backward()`` per segment.
+
+    ``num_segments > 1`` runs P-EAGLE's sequence partitioning: peak memory follows the largest
+    segment plus its depth-0 context instead of the whole expanded sequence.
+    """
+    n_el = len(el)
+    if num_segments <= 1:
+        parts = element_losses(drafter, el, data, method, max_depth, torch.ones(n_el, dtype=torch.bool, device=el.anchor.device))
+        if backward:
+            (parts.loss_sum / (normalizer or 1.0)).backward()
+        return parts if not backward else LossParts(parts.loss_sum.detach(), parts.count, parts.correct, parts.total)
+    total = None
+    for seg in partition(el, data.tokens.numel(), num_segments):
+        idx = torch.cat([seg.context, seg.own]).sort().values            # keeps depth-major order
+        counted = torch.isin(idx, seg.own)
+        parts = element_losses(drafter, el.select(idx), data, method, max_depth, counted)
+        if backward:
+            (parts.loss_sum / (normalizer or 1.0)).backward()
+            parts = LossParts(parts.loss_sum.detach(), parts.count, parts.correct, parts.total)
+        total = parts if total is None else total + parts
+    return total

@@ -1,0 +1,88 @@
+"""P-EAGLE training oracles: the mask, COD invariants, and partitioned == single-pass gradients."""
+import pytest
+import torch
+
+from helpers import random_drafter, tiny_target
+from peagle_lab.train.cod import Elements, cod_sample, partition, peagle_mask, peagle_mask_bruteforce
+from peagle_lab.train.loss import SeqData, sequence_loss, supervised_mask
+
+
+def test_mask_equals_bruteforce():
+    g = torch.Generator().manual_seed(0)
+    el = cod_sample(23, 5, 0.7, generator=g)
+    assert torch.equal(peagle_mask(el, el), peagle_mask_bruteforce(el, el))
+
+
+def test_cod_invariants():
+    g = torch.Generator().manual_seed(1)
+    sup = torch.zeros(200, dtype=torch.bool)
+    sup[60:] = True
+    el = cod_sample(200, 8, 0.7, supervised=sup, generator=g)
+    assert torch.equal(el.anchor[el.depth == 0], torch.arange(199))          # depth 0: every anchor
+    assert (el.depth[1:] >= el.depth[:-1]).all()                             # depth-major order
+    pairs = set(zip(el.anchor.tolist(), el.depth.tolist()))
+    for a, d in pairs:
+        if d > 0:
+            assert (a, d - 1) in pairs                                       # every element has its parent
+            assert a + 2 + d < 200 and sup[a + 2 + d]                        # and a supervised target
+    sizes = [int((el.depth == d).sum()) for d in range(8)]
+    for d in range(2, 8):
+        assert abs(sizes[d] - round(sizes[d - 1] * 0.7)) <= 1               # keeps ~r of the parents
+
+
+def _problem(dtype, method, seq_len=40, max_depth=4, seed=0):
+    tgt = tiny_target(vocab=50, seed=seed)
+    drafter = random_drafter(tgt, parallel=method == "peagle", num_layers=2, seed=seed).to(dtype).train()
+    for p in drafter.parameters():
+        p.requires_grad_(True)
+    g = torch.Generator().manual_seed(seed)
+    tokens = torch.randint(0, 50, (seq_len,), generator=g)
+    out = tgt.forward(tokens, tgt.new_cache())
+    sup = torch.ones(seq_len, dtype=torch.bool)
+    sup[:6] = False                                                         # a "prompt" that is not supervised
+    data = SeqData(tokens, out.aux[0].to(dtype), out.logits[0].to(dtype), sup)
+    el = cod_sample(seq_len, max_depth, 0.7, supervised=sup, generator=g)
+    return drafter, data, el
+
+
+def _grads(drafter, el, data, method, segments):
+    drafter.zero_grad()
+    n = int(supervised_mask(el, data).sum())
+    parts = sequence_loss(drafter, el, data, method=method, max_depth=4, num_segments=segments,
+                          normalizer=n, backward=True)
+    return parts.loss_sum / n, {k: p.grad.clone() for k, p in drafter.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize("method", ["peagle", "eagle"])
+def test_partition_gradients_equal_single_pass(method):
+    drafter, data, el = _problem(torch.float64, method)
+    segs = partition(el, 40, 4)
+    assert len(segs) == 4
+    # the plan puts depth >= 2 children of boundary anchors with their parents
+    starts = torch.linspace(0, 40, 5).round().long()[1:-1].tolist()      # first position of segments 1..3
+    crossing = [((el.depth[s.own] >= 2) & (el.anchor[s.own] == b - 1)).any() for s, b in zip(segs[1:], starts)]
+    assert any(crossing), "some depth >= 2 chain should hang off an anchor in the previous segment" 
+    loss1, g1 = _grads(drafter, el, data, method, 1)
+    loss4, g4 = _grads(drafter, el, data, method, 4)
+    assert torch.allclose(loss1, loss4, rtol=1e-10)
+    assert g1.keys() == g4.keys() and {"fc.weight"} <= g1.keys()
+    if method == "peagle":
+        assert "mask_hidden" in g1 and g1["mask_hidden"].abs().sum() > 0
+    for k in g1:
+        rel = (g1[k] - g4[k]).norm() / g1[k].norm().clamp_min(1e-30)
+        assert rel <= 1e-5, f"{k}: relative gradient error {rel:.2e}"
+
+
+def test_partition_covers_every_element_once():
+    el = cod_sample(101, 6, 0.7, generator=torch.Generator().manual_seed(2))
+    segs = partition(el, 101, 5)
+    owned = torch.cat([s.own for s in segs])
+    assert torch.equal(owned.sort().values, torch.arange(len(el)))
+    for s in segs:
+        ctx = el.select(s.context)
+        assert (ctx.depth == 0).all()
+        own = el.select(s.own)
+        # every depth-0 key an owned query may see is owned or in the context
+        need = {int(a) for a in torch.arange(int(own.anchor.max()) + 1)}
+        have = set(ctx.anchor.tolist()) | set(own.anchor[own.depth == 0].tolist())
+        assert need <= have
