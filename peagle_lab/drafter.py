@@ -236,8 +236,11 @@ class Eagle3Drafter(nn.Module):
 
     # ----------------------------------------------------------------------------- set-up
     def share_embedding(self, weight: torch.Tensor) -> None:
-        """Use the target's input embedding (for checkpoints without ``embed_tokens``)."""
-        self._shared_embed = weight
+        """Use the target's input embedding (for checkpoints without ``embed_tokens``).
+
+        Stored as a plain (detached) tensor: it stays frozen and out of the drafter's state dict.
+        """
+        object.__setattr__(self, "_shared_embed", weight.detach())
 
     def set_draft_vocab(self, target_ids: torch.Tensor) -> None:
         """Map draft index i -> target id ``target_ids[i]`` (sorted ascending), as d2t/t2d."""
@@ -353,8 +356,10 @@ def vllm_config_dict(cfg: DrafterConfig, dtype: str = "float32") -> dict:
     return out
 
 
-def save_drafter(drafter: Eagle3Drafter, path: str | os.PathLike, dtype: torch.dtype = torch.float32) -> Path:
-    """Write ``config.json`` + ``model.safetensors`` atomically (a temp folder renamed into place)."""
+def save_drafter(drafter: Eagle3Drafter, path: str | os.PathLike, dtype: torch.dtype = torch.float32,
+                 extra_files: dict[str, str] | None = None) -> Path:
+    """Write ``config.json`` + ``model.safetensors`` (+ ``extra_files``) atomically: a temp folder
+    renamed into place, so a failed export leaves the previous drafter (or nothing) behind."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tensors = {}
@@ -368,6 +373,8 @@ def save_drafter(drafter: Eagle3Drafter, path: str | os.PathLike, dtype: torch.d
     try:
         save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
         (tmp / "config.json").write_text(json.dumps(vllm_config_dict(drafter.cfg, dtype_name), indent=2) + "\n")
+        for name, text in (extra_files or {}).items():
+            (tmp / name).write_text(text)
         if path.exists():
             old = path.with_name(path.name + ".old")
             shutil.rmtree(old, ignore_errors=True)

@@ -131,6 +131,23 @@ class Target:
         self._captured = {}
         return TargetOutput(logits=out.logits.float(), aux=feats)
 
+    @torch.no_grad()
+    def features(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Training-time pass over a right-padded batch ``(B, N)``, no cache.
+
+        Returns the final normed hidden states ``(B, N, H)`` (multiply by a slice of the output
+        embedding for logits over just the draft vocabulary) and the taps ``(B, N, 3H)``.
+        """
+        self._capture, self._captured = True, {}
+        try:
+            out = self.model.get_decoder()(input_ids=input_ids.to(self.device),
+                                           attention_mask=attention_mask.to(self.device), use_cache=False)
+        finally:
+            self._capture = False
+        aux = torch.cat([self._captured[i] for i in self.aux_layer_ids], dim=-1)
+        self._captured = {}
+        return out.last_hidden_state, aux
+
     # ----------------------------------------------------------------------------- text
     def chat_ids(self, prompt: str) -> list[int]:
         """Token ids of ``prompt`` as one user turn in the chat template, ready for the reply."""

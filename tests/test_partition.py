@@ -9,8 +9,12 @@ from peagle_lab.train.loss import SeqData, sequence_loss, supervised_mask
 
 def test_mask_equals_bruteforce():
     g = torch.Generator().manual_seed(0)
-    el = cod_sample(23, 5, 0.7, generator=g)
-    assert torch.equal(peagle_mask(el, el), peagle_mask_bruteforce(el, el))
+    doc = torch.tensor([0] * 10 + [1] * 13)                                 # two packed conversations
+    el = cod_sample(23, 5, 0.7, generator=g, doc=doc)
+    mask = peagle_mask(el, el)
+    assert torch.equal(mask, peagle_mask_bruteforce(el, el))
+    assert not mask[el.doc[:, None] != el.doc[None, :]].any()
+    assert set(el.anchor[el.depth == 0].tolist()) == set(range(22)) - {9}   # no anchor reads the next conversation
 
 
 def test_cod_invariants():

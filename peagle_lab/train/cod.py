@@ -13,7 +13,7 @@ distribution ``p_{a+1+d}``. Its position id is ``a + d``. Depth 0 reads the real
 **COD sampling** (from PARD): depth 0 keeps every anchor; depth ``d`` keeps about ``r^d`` of
 them, drawn from the anchors kept at depth ``d-1`` -- so every kept element has its parent.
 
-**The P-EAGLE mask**: key ``k`` is visible to query ``q`` iff
+**The P-EAGLE mask**: key ``k`` is visible to query ``q`` iff both are in the same document and
 ``(depth_k == 0 and anchor_k <= anchor_q) or (anchor_k == anchor_q and depth_k <= depth_q)``.
 
 **Sequence partitioning** (P-EAGLE's Algorithm 1): positions are cut into S segments. Depth 0
@@ -33,6 +33,11 @@ import torch
 class Elements:
     anchor: torch.Tensor     # (E,) long
     depth: torch.Tensor      # (E,) long
+    doc: torch.Tensor | None = None   # (E,) long document id when several conversations are packed
+
+    def __post_init__(self):
+        if self.doc is None:
+            self.doc = torch.zeros_like(self.anchor)
 
     def __len__(self) -> int:
         return self.anchor.numel()
@@ -42,26 +47,39 @@ class Elements:
         return self.anchor + self.depth
 
     def select(self, index: torch.Tensor) -> "Elements":
-        return Elements(self.anchor[index], self.depth[index])
+        return Elements(self.anchor[index], self.depth[index], self.doc[index])
+
+    def concat(self, other: "Elements") -> "Elements":
+        return Elements(torch.cat([self.anchor, other.anchor]), torch.cat([self.depth, other.depth]),
+                        torch.cat([self.doc, other.doc]))
+
+
+def _same_doc(doc: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    ok = b < doc.numel()
+    ok[ok.clone()] = doc[a[ok]] == doc[b[ok]]
+    return ok
 
 
 def cod_sample(seq_len: int, max_depth: int, keep_ratio: float = 0.7, supervised: torch.Tensor | None = None,
-               generator: torch.Generator | None = None) -> Elements:
+               generator: torch.Generator | None = None, doc: torch.Tensor | None = None) -> Elements:
     """Elements for a sequence of ``seq_len`` tokens, depths ``0 .. max_depth-1``, depth-major order.
 
     ``supervised[t]`` says whether token ``x_t`` may be a training target (e.g. response tokens
-    only); deeper elements are drawn only where their target token is supervised.
+    only); deeper elements are drawn only where their target token is supervised. ``doc[t]``
+    (packed conversations) keeps every element inside one conversation.
     """
-    n = seq_len - 1                                       # anchors 0..N-2 (each needs x_{a+1})
-    if n < 1:
+    if seq_len < 2:
         raise ValueError("a training sequence needs at least 2 tokens")
     if supervised is None:
         supervised = torch.ones(seq_len, dtype=torch.bool)
-    anchors = [torch.arange(n)]
+    if doc is None:
+        doc = torch.zeros(seq_len, dtype=torch.long)
+    first = torch.arange(seq_len - 1)                     # anchors need x_{a+1} of the same conversation
+    anchors = [first[_same_doc(doc, first, first + 1)]]
     for d in range(1, max_depth):
         parents = anchors[-1]
         target_pos = parents + 2 + d                      # element (a, d) predicts x_{a+2+d}
-        ok = target_pos < seq_len
+        ok = _same_doc(doc, parents, target_pos)
         ok[ok.clone()] = supervised[target_pos[ok]]
         pool = parents[ok]
         keep = int(round(len(pool) * keep_ratio)) if d > 0 else len(pool)
@@ -69,14 +87,16 @@ def cod_sample(seq_len: int, max_depth: int, keep_ratio: float = 0.7, supervised
             break
         choice = torch.randperm(len(pool), generator=generator)[:keep]
         anchors.append(pool[choice].sort().values)
-    return Elements(torch.cat(anchors), torch.cat([torch.full_like(a, d) for d, a in enumerate(anchors)]))
+    cat = torch.cat(anchors)
+    return Elements(cat, torch.cat([torch.full_like(a, d) for d, a in enumerate(anchors)]), doc[cat])
 
 
 def peagle_mask(q: Elements, k: Elements) -> torch.Tensor:
     """(Eq, Ek) bool: True where query may attend to key (see module docstring)."""
     qa, qd = q.anchor[:, None], q.depth[:, None]
     ka, kd = k.anchor[None, :], k.depth[None, :]
-    return ((kd == 0) & (ka <= qa)) | ((ka == qa) & (kd <= qd))
+    same_doc = q.doc[:, None] == k.doc[None, :]
+    return same_doc & (((kd == 0) & (ka <= qa)) | ((ka == qa) & (kd <= qd)))
 
 
 def peagle_mask_bruteforce(q: Elements, k: Elements) -> torch.Tensor:
@@ -86,7 +106,8 @@ def peagle_mask_bruteforce(q: Elements, k: Elements) -> torch.Tensor:
         for j in range(len(k)):
             a_q, d_q = int(q.anchor[i]), int(q.depth[i])
             a_k, d_k = int(k.anchor[j]), int(k.depth[j])
-            out[i, j] = (d_k == 0 and a_k <= a_q) or (a_k == a_q and d_k <= d_q)
+            same_doc = int(q.doc[i]) == int(k.doc[j])
+            out[i, j] = same_doc and ((d_k == 0 and a_k <= a_q) or (a_k == a_q and d_k <= d_q))
     return out
 
 

@@ -26,6 +26,7 @@ class SeqData:
     aux: torch.Tensor             # (N, 3H)
     target_logits: torch.Tensor   # (N, Vd) target logits at the draft-vocab ids
     supervised: torch.Tensor      # (N,) bool: x_t may be a training target
+    doc: torch.Tensor | None = None   # (N,) conversation id when several are packed
 
 
 @dataclass
@@ -65,7 +66,6 @@ def _forward_sequential(drafter: Eagle3Drafter, el: Elements, data: SeqData) -> 
     """EAGLE-3 training-time test: depth by depth, each reading the previous depth's own output."""
     cache = DrafterCache(drafter.cfg.num_layers)
     seen: Elements | None = None
-    logits = torch.empty(len(el), drafter.cfg.draft_vocab_size, device=data.aux.device)
     prev_anchor = prev_out = None
     out_logits = []
     order = []
@@ -80,7 +80,7 @@ def _forward_sequential(drafter: Eagle3Drafter, el: Elements, data: SeqData) -> 
         else:  # parent (a, d-1) is present by COD construction; anchors are sorted within a depth
             parent = torch.searchsorted(prev_anchor, cur.anchor)
             hidden = prev_out[parent]
-        keys = cur if seen is None else Elements(torch.cat([seen.anchor, cur.anchor]), torch.cat([seen.depth, cur.depth]))
+        keys = cur if seen is None else seen.concat(cur)
         prenorm, lg = drafter(ids[None], hidden[None], cache, positions=cur.position[None], attn_mask=peagle_mask(cur, keys))
         out_logits.append(lg[0])
         order.append(idx)
@@ -102,7 +102,8 @@ def element_losses(drafter: Eagle3Drafter, el: Elements, data: SeqData, method: 
     use = counted & supervised_mask(el, data)
     t = data.target_logits[(el.anchor + 1 + el.depth)[use]].float()       # (U, Vd)
     logq = F.log_softmax(logits[use].float(), dim=-1)
-    loss_sum = -(F.softmax(t, dim=-1) * logq).sum()
+    logp = F.log_softmax(t, dim=-1)
+    loss_sum = (logp.exp() * (logp - logq)).sum()                          # KL(p || q), summed
     depth = el.depth[use]
     hit = (logits[use].argmax(-1) == t.argmax(-1)).long()
     correct = torch.zeros(max_depth, dtype=torch.long).index_add_(0, depth.cpu(), hit.cpu())

@@ -1,0 +1,193 @@
+"""The training loop: online target features, COD elements, optimiser, checkpoint/resume, export.
+
+One optimiser step = ``batch_size`` conversations. The target runs on them (no gradient) to give
+features and logits over the draft vocabulary; the conversations are packed into one sequence
+(document ids keep them apart), COD-sampled into elements, and the drafter's loss is summed over
+them (optionally in ``num_segments`` partitions) and divided by the count of supervised
+elements. Everything that decides a step -- which conversations, which COD elements -- is a
+function of ``(seed, step)``, so a run resumed from its checkpoint repeats no step and loses none.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+
+from ..drafter import DrafterConfig, Eagle3Drafter, init_drafter, save_drafter
+from .cod import cod_sample
+from .data import Sample
+from .loss import LossParts, SeqData, sequence_loss, supervised_mask
+
+
+@dataclass
+class TrainConfig:
+    method: str = "peagle"              # "peagle" (parallel, mask slots) or "eagle" (sequential, TTT)
+    num_layers: int = 2
+    intermediate_size: int | None = None
+    draft_vocab_size: int = 2048
+    max_depth: int = 8                  # depths 0..max_depth-1: valid for K <= max_depth
+    cod_ratio: float = 0.7
+    steps: int = 200
+    batch_size: int = 8                 # conversations per optimiser step
+    max_len: int = 768                  # tokens per conversation (longer ones are cut)
+    num_segments: int = 1
+    lr: float = 1e-3
+    warmup_steps: int = 20
+    weight_decay: float = 0.0
+    grad_clip: float = 1.0
+    checkpoint_every: int = 50
+    seed: int = 0
+    amp_bf16: bool = True               # bf16 autocast on CUDA
+
+
+def _lr_lambda(cfg: TrainConfig):
+    def f(step: int) -> float:
+        if step < cfg.warmup_steps:
+            return (step + 1) / cfg.warmup_steps
+        progress = (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps)
+        return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+    return f
+
+
+@torch.no_grad()
+def target_batch(target, samples: list[Sample], draft_ids: torch.Tensor, max_len: int) -> SeqData:
+    """Run the target over ``samples`` and pack them into one sequence (doc ids in ``.doc``)."""
+    rows = [s.ids[:max_len] for s in samples]
+    width = max(r.numel() for r in rows)
+    ids = torch.zeros(len(rows), width, dtype=torch.long)
+    attn = torch.zeros_like(ids)
+    for i, r in enumerate(rows):
+        ids[i, : r.numel()] = r
+        attn[i, : r.numel()] = 1
+    hidden, aux = target.features(ids, attn)                                # (B, N, H), (B, N, 3H)
+    w = target.model.get_output_embeddings().weight[draft_ids.to(target.device)]  # (Vd, H)
+    logits = hidden @ w.T                                                   # (B, N, Vd)
+    keep = attn.bool().to(target.device)
+    sup = torch.cat([s.supervised[:max_len] for s in samples])
+    doc = torch.cat([torch.full((r.numel(),), i, dtype=torch.long) for i, r in enumerate(rows)])
+    return SeqData(ids[attn.bool()].to(target.device), aux[keep], logits[keep], sup.to(target.device),
+                   doc.to(target.device))
+
+
+class Trainer:
+    """Train one drafter; ``run()`` resumes from ``out_dir/checkpoint.pt`` when it exists."""
+
+    def __init__(self, target, samples: list[Sample], cfg: TrainConfig, out_dir: str | os.PathLike,
+                 draft_ids: torch.Tensor, drafter: Eagle3Drafter | None = None):
+        if not samples:
+            raise ValueError("no training samples; regenerate data first")
+        self.target, self.samples, self.cfg = target, samples, cfg
+        self.out_dir = Path(out_dir)
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        self.device = target.device
+        target.model.requires_grad_(False)              # the target is frozen; its embedding is shared
+        self.draft_ids = torch.as_tensor(draft_ids).sort().values
+        if drafter is None:
+            dcfg = DrafterConfig.for_target(target, num_layers=cfg.num_layers, draft_vocab_size=cfg.draft_vocab_size,
+                                            parallel_drafting=cfg.method == "peagle", intermediate_size=cfg.intermediate_size,
+                                            trained_depth=cfg.max_depth if cfg.method == "peagle" else None,
+                                            has_embed_tokens=False)
+            drafter = init_drafter(dcfg, target, seed=cfg.seed)
+            drafter.set_draft_vocab(self.draft_ids)
+        self.drafter = drafter.to(self.device).train()
+        params = [p for p in self.drafter.parameters() if p.requires_grad]
+        self.opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.95))
+        self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, _lr_lambda(cfg))
+        self.step = 0
+        self.history: list[dict] = []
+        self.order = torch.randperm(len(samples), generator=torch.Generator().manual_seed(cfg.seed)).tolist()
+
+    # ----------------------------------------------------------------------------- one step
+    def batch_for(self, step: int) -> list[Sample]:
+        n, b = len(self.order), self.cfg.batch_size
+        return [self.samples[self.order[(step * b + i) % n]] for i in range(b)]
+
+    def train_step(self) -> dict:
+        cfg, step = self.cfg, self.step
+        t0 = time.perf_counter()
+        data = target_batch(self.target, self.batch_for(step), self.draft_ids, cfg.max_len)
+        g = torch.Generator().manual_seed(cfg.seed * 1_000_003 + step)
+        el = cod_sample(data.tokens.numel(), cfg.max_depth, cfg.cod_ratio, supervised=data.supervised.cpu(),
+                        generator=g, doc=data.doc.cpu())
+        el = type(el)(el.anchor.to(self.device), el.depth.to(self.device), el.doc.to(self.device))
+        count = int(supervised_mask(el, data).sum())
+        self.opt.zero_grad(set_to_none=True)
+        use_amp = cfg.amp_bf16 and self.device.type == "cuda"
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=use_amp):
+            parts: LossParts = sequence_loss(self.drafter, el, data, method=cfg.method, max_depth=cfg.max_depth,
+                                             num_segments=cfg.num_segments, normalizer=max(count, 1), backward=True)
+        gnorm = torch.nn.utils.clip_grad_norm_(self.drafter.parameters(), cfg.grad_clip)
+        self.opt.step()
+        self.sched.step()
+        self.step += 1
+        row = {"step": self.step, "loss": float(parts.loss_sum) / max(count, 1), "elements": len(el),
+               "supervised": count, "grad_norm": float(gnorm), "lr": self.sched.get_last_lr()[0],
+               "acc_per_depth": (parts.correct.float() / parts.total.clamp_min(1)).tolist(),
+               "seconds": time.perf_counter() - t0}
+        self.history.append(row)
+        return row
+
+    # ----------------------------------------------------------------------------- checkpoints
+    @property
+    def checkpoint_path(self) -> Path:
+        return self.out_dir / "checkpoint.pt"
+
+    def save_checkpoint(self) -> None:
+        state = {"drafter": self.drafter.state_dict(), "opt": self.opt.state_dict(), "sched": self.sched.state_dict(),
+                 "step": self.step, "history": self.history, "config": asdict(self.cfg),
+                 "draft_ids": self.draft_ids, "drafter_config": asdict(self.drafter.cfg)}
+        fd, tmp = tempfile.mkstemp(prefix="checkpoint.tmp-", dir=self.out_dir)
+        os.close(fd)
+        try:
+            torch.save(state, tmp)
+            os.replace(tmp, self.checkpoint_path)       # a kill mid-save keeps the previous checkpoint
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+    def load_checkpoint(self) -> bool:
+        if not self.checkpoint_path.exists():
+            return False
+        state = torch.load(self.checkpoint_path, map_location=self.device, weights_only=False)
+        if state["config"] != asdict(self.cfg):
+            raise ValueError(f"{self.checkpoint_path} was written with another training config; "
+                             "use a fresh --out folder or the same settings to resume")
+        self.drafter.load_state_dict(state["drafter"])
+        self.opt.load_state_dict(state["opt"])
+        self.sched.load_state_dict(state["sched"])
+        self.step, self.history = state["step"], state["history"]
+        return True
+
+    # ----------------------------------------------------------------------------- loop
+    def run(self, steps: int | None = None, progress: bool = True, stop_after: int | None = None) -> list[dict]:
+        """Train until ``steps`` (default: the config's); resume first if a checkpoint exists."""
+        total = steps or self.cfg.steps
+        self.load_checkpoint()
+        bar = tqdm(total=total, initial=self.step, desc=f"train {self.cfg.method}", disable=not progress)
+        done_now = 0
+        while self.step < total:
+            row = self.train_step()
+            done_now += 1
+            bar.update(1)
+            bar.set_postfix(loss=f"{row['loss']:.3f}", acc0=f"{row['acc_per_depth'][0]:.2f}")
+            if self.step % self.cfg.checkpoint_every == 0 or self.step == total:
+                self.save_checkpoint()
+            if stop_after is not None and done_now >= stop_after:
+                break
+        bar.close()
+        return self.history
+
+    def export(self, path: str | os.PathLike, dtype: torch.dtype = torch.bfloat16) -> Path:
+        """Write the vLLM-layout drafter (atomically) plus ``training.json`` (config and history)."""
+        self.drafter.eval()
+        record = json.dumps({"config": asdict(self.cfg), "steps": self.step, "history": self.history[-50:]}, indent=1)
+        out = save_drafter(self.drafter.cpu(), path, dtype=dtype, extra_files={"training.json": record})
+        self.drafter.to(self.device)
+        return out

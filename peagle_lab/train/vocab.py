@@ -1,0 +1,28 @@
+"""The draft vocabulary: the ``Vd`` target tokens the drafter may propose.
+
+A drafter's ``lm_head`` is the biggest part of it (``Vd x H``); restricting it to the tokens the
+target actually writes costs little acceptance. vLLM reads the mapping as ``d2t`` (draft index
+-> *offset* to the target id) and ``t2d`` (bool mask over the target vocabulary); see
+:meth:`peagle_lab.drafter.Eagle3Drafter.set_draft_vocab`.
+"""
+from __future__ import annotations
+
+import torch
+
+
+def token_counts(samples, vocab_size: int) -> torch.Tensor:
+    """How often each target token appears in the replies (the tokens a drafter must predict)."""
+    counts = torch.zeros(vocab_size, dtype=torch.long)
+    for s in samples:
+        counts += torch.bincount(s.ids[s.prompt_len:], minlength=vocab_size)[:vocab_size]
+    return counts
+
+
+def build_draft_vocab(counts: torch.Tensor, size: int) -> tuple[torch.Tensor, float]:
+    """The ``size`` most frequent target ids (sorted ascending) and the share of reply tokens they cover."""
+    if size > counts.numel():
+        raise ValueError(f"draft vocab of {size} exceeds the target vocab of {counts.numel()}")
+    ids = counts.topk(size).indices.sort().values
+    total = int(counts.sum())
+    return ids, float(counts[ids].sum()) / total if total else 0.0
+

@@ -1,0 +1,79 @@
+"""Training loop oracles: data regeneration, draft vocab, loss goes down, resume == uninterrupted."""
+import torch
+
+from helpers import tiny_target
+from peagle_lab.drafter import load_drafter
+from peagle_lab.train.data import Sample, load_samples, regenerate
+from peagle_lab.train.trainer import TrainConfig, Trainer
+from peagle_lab.train.vocab import build_draft_vocab, token_counts
+
+
+def _samples(n=12, vocab=50, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for i in range(n):
+        # a repetitive "language" the drafter can learn quickly: runs of an arithmetic sequence
+        start, step = int(torch.randint(0, vocab, (1,), generator=g)), 1 + i % 3
+        ids = (start + step * torch.arange(30)) % vocab
+        out.append(Sample(ids, prompt_len=5))
+    return out
+
+
+def test_draft_vocab_and_coverage():
+    samples = [Sample(torch.tensor([9, 9, 1, 1, 1, 2, 3]), 2)]
+    counts = token_counts(samples, 10)
+    assert counts.tolist() == [0, 3, 1, 1, 0, 0, 0, 0, 0, 0]
+    ids, coverage = build_draft_vocab(counts, 2)
+    assert ids.tolist() == [1, 2] or ids.tolist() == [1, 3]
+    assert abs(coverage - 4 / 5) < 1e-9
+
+
+def _trainer(tmp, method, steps=6, segments=1):
+    tgt = tiny_target(vocab=50, seed=0)
+    cfg = TrainConfig(method=method, num_layers=2, draft_vocab_size=40, max_depth=4, steps=steps, batch_size=3,
+                      max_len=30, num_segments=segments, lr=3e-3, warmup_steps=2, checkpoint_every=2, seed=1)
+    ids, _ = build_draft_vocab(token_counts(_samples(), 50) + 1, 40)
+    return Trainer(tgt, _samples(), cfg, tmp, ids)
+
+
+def test_resume_after_kill_equals_uninterrupted(tmp_path):
+    full = _trainer(tmp_path / "a", "peagle")
+    full.run(progress=False)
+    killed = _trainer(tmp_path / "b", "peagle")
+    killed.run(progress=False, stop_after=3)          # "killed" after step 3; last checkpoint at step 2
+    resumed = _trainer(tmp_path / "b", "peagle")
+    resumed.run(progress=False)
+    assert resumed.step == full.step == 6
+    a, b = full.drafter.state_dict(), resumed.drafter.state_dict()
+    assert all(torch.allclose(a[k], b[k], atol=1e-6, rtol=0) for k in a)
+    assert [round(r["loss"], 5) for r in full.history] == [round(r["loss"], 5) for r in resumed.history]
+
+
+def test_training_lowers_loss_and_exports(tmp_path):
+    for method in ("peagle", "eagle"):
+        t = _trainer(tmp_path / method, method, steps=30, segments=2)
+        hist = t.run(progress=False)
+        first = sum(r["loss"] for r in hist[:3]) / 3
+        last = sum(r["loss"] for r in hist[-3:]) / 3
+        assert last < 0.85 * first, (method, first, last)
+        out = t.export(tmp_path / f"{method}-export", dtype=torch.float32)
+        d = load_drafter(out, t.target)
+        assert d.cfg.parallel_drafting == (method == "peagle")
+        assert (out / "training.json").exists() and d.embed_tokens is None
+        if method == "peagle":
+            assert d.cfg.trained_depth == 4
+
+
+def test_regenerate_resumes_by_shard(target, tmp_path):
+    prompts = ["Say yes.", "Say no.", "Count to three."]
+    paths = regenerate(target, prompts, tmp_path, max_new_tokens=6, batch_size=2, shard_size=2, progress=False)
+    assert [p.name for p in paths] == ["shard-00000.pt", "shard-00001.pt"]
+    samples = load_samples(tmp_path)
+    assert len(samples) == 3
+    for p, s in zip(prompts, samples):
+        ids = target.chat_ids(p)
+        assert s.ids[: s.prompt_len].tolist() == ids
+        assert s.ids[s.prompt_len:].tolist() == target.generate(ids, 6).tokens   # greedy reply, batched == alone
+    stamp = paths[0].stat().st_mtime_ns
+    regenerate(target, prompts, tmp_path, max_new_tokens=6, batch_size=2, shard_size=2, progress=False)
+    assert paths[0].stat().st_mtime_ns == stamp                                  # existing shard kept
