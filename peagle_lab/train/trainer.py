@@ -23,7 +23,7 @@ from tqdm.auto import tqdm
 from ..drafter import DrafterConfig, Eagle3Drafter, init_drafter, save_drafter
 from .cod import cod_sample
 from .data import Sample
-from .loss import LossParts, SeqData, sequence_loss, supervised_mask
+from .loss import LossParts, SeqData, packed_loss, supervised_mask
 
 
 @dataclass
@@ -121,8 +121,8 @@ class Trainer:
         self.opt.zero_grad(set_to_none=True)
         use_amp = cfg.amp_bf16 and self.device.type == "cuda"
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=use_amp):
-            parts: LossParts = sequence_loss(self.drafter, el, data, method=cfg.method, max_depth=cfg.max_depth,
-                                             num_segments=cfg.num_segments, normalizer=max(count, 1), backward=True)
+            parts: LossParts = packed_loss(self.drafter, el, data, method=cfg.method, max_depth=cfg.max_depth,
+                                           num_segments=cfg.num_segments, normalizer=max(count, 1), backward=True)
         gnorm = torch.nn.utils.clip_grad_norm_(self.drafter.parameters(), cfg.grad_clip)
         self.opt.step()
         self.sched.step()
@@ -171,7 +171,7 @@ class Trainer:
         """Train until ``steps`` (default: the config's); resume first if a checkpoint exists.
 
         ``time_budget_s`` (for lent GPUs with a hard time limit): after 10 steps the step time is
-        measured and the run shortened to fit, so the LR schedule still completes.
+        measured (steps 4-13) and the run shortened to fit, so the LR schedule still completes.
         """
         total = steps or self.cfg.steps
         self.load_checkpoint()
@@ -187,8 +187,10 @@ class Trainer:
                 self.save_checkpoint()
             if stop_after is not None and done_now >= stop_after:
                 break
-            if time_budget_s and done_now == 10:
-                per_step = (time.perf_counter() - t_start) / done_now
+            if done_now == 3:
+                t_warm = time.perf_counter()                 # first steps pay for start-up
+            if time_budget_s and done_now == 13:
+                per_step = (time.perf_counter() - t_warm) / 10
                 fit = self.step + int((time_budget_s - (time.perf_counter() - t_start)) / per_step)
                 if fit < total:
                     total = self.cfg.steps = max(self.step + 1, fit)   # the cosine schedule follows cfg.steps
