@@ -56,9 +56,13 @@ def cmd_generate(args) -> int:
 def cmd_bench(args) -> int:
     from .bench import run_bench, write_json
 
+    from .info import collect
+
     result = run_bench(methods=args.methods, ks=args.k, prompts=args.prompts, num_prompts=args.num_prompts,
                        max_new_tokens=args.max_new_tokens, temperature=args.temperature, target_name=args.target,
                        eagle_drafter=args.eagle_drafter, peagle_drafter=args.peagle_drafter, seed=args.seed)
+    result["command"] = "peagle-lab " + " ".join(args.argv)
+    result["info"] = collect(count_prompts=False)
     write_json(result, args.json)
     return 0
 
@@ -92,7 +96,8 @@ def cmd_train(args) -> int:
     cfg = TrainConfig(method=args.method, num_layers=args.num_layers, intermediate_size=args.intermediate_size,
                       draft_vocab_size=args.draft_vocab_size, max_depth=args.max_depth, cod_ratio=args.cod_ratio,
                       steps=args.steps, batch_size=args.batch_size, max_len=args.max_len, num_segments=args.segments,
-                      lr=args.lr, warmup_steps=args.warmup_steps, checkpoint_every=args.checkpoint_every, seed=args.seed)
+                      lr=args.lr, warmup_steps=args.warmup_steps, checkpoint_every=args.checkpoint_every, seed=args.seed,
+                      per_conversation=args.per_conversation)
     trainer = Trainer(target, samples, cfg, args.out, ids)
     history = trainer.run(time_budget_s=60 * args.max_minutes if args.max_minutes else None)
     dtype = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch.float16}[args.export_dtype]
@@ -169,6 +174,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--warmup-steps", type=int, default=20)
     s.add_argument("--checkpoint-every", type=int, default=50)
     s.add_argument("--max-minutes", type=float, default=None, help="shorten the run to fit this wall time")
+    s.add_argument("--per-conversation", action="store_true",
+                   help="run packed conversations one at a time (less attention memory; slower on GPU)")
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--target", default=None)
     s.add_argument("--device", default="cpu")
@@ -177,7 +184,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
     args = build_parser().parse_args(argv)
+    args.argv = argv
     return args.fn(args)
 
 

@@ -102,3 +102,16 @@ def test_method_errors(target, mtbench_ids, drafters):
         generate(target, mtbench_ids[0], method="eagle")
     with pytest.raises(ValueError, match="P-EAGLE drafter"):
         generate(target, mtbench_ids[0], method="peagle", drafter=drafters["eagle"], max_new_tokens=4)
+
+
+@pytest.mark.parametrize("method", ["eagle", "peagle"])
+def test_shipped_drafters_are_lossless_and_accepted(target, mtbench_ids, references, method):
+    from peagle_lab.drafters_registry import drafter_for, shipped
+
+    assert f"{method}-smollm2" in shipped()
+    drafter, where = drafter_for(target, method)
+    assert where.startswith("shipped")
+    assert drafter.embed_tokens is None                       # shares the target's embedding (small checkpoint)
+    out = generate(target, mtbench_ids[0], method=method, drafter=drafter, k=7, max_new_tokens=40)
+    assert out.tokens == references[0], _first_divergence(target, mtbench_ids[0], references[0], out.tokens)
+    assert out.acceptance.num_accepted_tokens > 0             # a trained drafter is accepted sometimes
