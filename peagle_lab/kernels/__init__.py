@@ -1,0 +1,70 @@
+"""Stage 4: rebuilding the drafter's ragged batch input on the device, vLLM-style.
+
+>>> out = copy_and_expand_eagle_inputs(
+...     target_token_ids=torch.tensor([10, 11, 12, 13, 20, 21, 22, 23], dtype=torch.int32),
+...     target_positions=torch.tensor([5, 6, 7, 8, 10, 11, 12, 13]),
+...     next_token_ids=torch.tensor([100, 200], dtype=torch.int32),
+...     query_start_loc=torch.tensor([0, 4, 8], dtype=torch.int32),
+...     query_end_loc=torch.tensor([2, 7], dtype=torch.int32),      # request 0 rejected one token
+...     padding_token_id=0, parallel_drafting_token_id=-2, num_padding_slots_per_request=3)
+>>> out.input_ids.tolist()
+[11, 12, 100, -2, -2, 0, 21, 22, 23, 200, -2, -2]
+>>> out.positions.tolist()
+[5, 6, 7, 8, 9, 0, 10, 11, 12, 13, 14, 15]
+>>> out.new_token_indices.tolist()
+[2, 3, 4, 9, 10, 11]
+"""
+from __future__ import annotations
+
+import os
+
+import torch
+
+from .reference import EagleInputs, copy_and_expand_eagle_inputs_torch, empty_outputs
+
+BLOCK = 128
+
+
+def copy_and_expand_eagle_inputs(*, target_token_ids, target_positions, next_token_ids, query_start_loc,
+                                 query_end_loc, padding_token_id: int, parallel_drafting_token_id: int,
+                                 num_padding_slots_per_request: int, shift_input_ids: bool = True,
+                                 backend: str = "auto", max_query_len: int | None = None) -> EagleInputs:
+    """Build the drafter input for a ragged batch (see :mod:`peagle_lab.kernels.reference`).
+
+    ``backend``: ``"triton"`` (GPU, or Triton's interpreter on CPU), ``"torch"`` (the reference),
+    or ``"auto"`` = Triton on CUDA tensors, and on CPU the reference unless ``TRITON_INTERPRET=1``.
+    ``max_query_len`` (longest query in the batch) sizes the grid; pass it to avoid a host sync.
+    """
+    k = num_padding_slots_per_request
+    if k < 1:
+        raise ValueError("num_padding_slots_per_request (K) must be >= 1")
+    on_gpu = target_token_ids.is_cuda
+    if backend == "auto":
+        backend = "triton" if on_gpu or os.environ.get("TRITON_INTERPRET") == "1" else "torch"
+    args = dict(target_token_ids=target_token_ids, target_positions=target_positions, next_token_ids=next_token_ids,
+                query_start_loc=query_start_loc, query_end_loc=query_end_loc, padding_token_id=padding_token_id,
+                parallel_drafting_token_id=parallel_drafting_token_id, num_padding_slots_per_request=k,
+                shift_input_ids=shift_input_ids)
+    if backend == "torch":
+        return copy_and_expand_eagle_inputs_torch(**args)
+    if backend != "triton":
+        raise ValueError(f"unknown backend {backend!r}; use auto, triton or torch")
+    from .triton_kernel import compiled
+
+    num_reqs = query_end_loc.numel()
+    n_in = target_token_ids.numel()
+    out = empty_outputs(n_in, num_reqs, k, shift_input_ids, target_token_ids.device)
+    if max_query_len is None:
+        max_query_len = int((query_start_loc[1:] - query_start_loc[:-1]).max()) if num_reqs else 0
+    per_request = max_query_len + k                              # output slots of the longest request
+    grid = (num_reqs, (per_request + BLOCK - 1) // BLOCK)
+    compiled(not on_gpu)[grid](
+        target_token_ids, target_positions, next_token_ids,
+        out.input_ids, out.positions, out.is_rejected_token_mask, out.is_masked_token_mask,
+        out.new_token_indices, out.hidden_state_mapping,
+        query_start_loc, query_end_loc, padding_token_id, parallel_drafting_token_id, n_in, k,
+        SHIFT=shift_input_ids, BLOCK=BLOCK)
+    return out
+
+
+__all__ = ["EagleInputs", "copy_and_expand_eagle_inputs", "copy_and_expand_eagle_inputs_torch"]
