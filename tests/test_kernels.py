@@ -75,3 +75,27 @@ def test_vllm_worked_example(backend):
 def test_bad_k_is_refused():
     with pytest.raises(ValueError, match="K\\) must be >= 1"):
         copy_and_expand_eagle_inputs(**make_batch([3], [0]), num_padding_slots_per_request=0)
+
+
+def test_batched_parallel_drafting_equals_each_request_alone(target):
+    """Kernel + scatter + torch.where + one packed drafter pass == draft_parallel per request."""
+    from helpers import random_drafter
+    from peagle_lab.drafting import draft_parallel
+    from peagle_lab.kernels.batched import draft_parallel_batched
+
+    drafter = random_drafter(target, parallel=True, num_layers=2, draft_vocab_size=4096, seed=7)
+    k = 4
+    g = torch.Generator().manual_seed(0)
+    lens, rejected = [9, 14, 5], [2, 0, 4]
+    ids = [torch.randint(0, 40_000, (L,), generator=g) for L in lens]
+    aux = [torch.randn(L, 3 * target.hidden_size, generator=g) for L in lens]
+    bonus = torch.randint(0, 40_000, (len(lens),), generator=g)
+    qsl = torch.tensor([0] + list(torch.tensor(lens).cumsum(0)), dtype=torch.int32)
+    qel = (qsl[1:] - 1 - torch.tensor(rejected, dtype=torch.int32)).to(torch.int32)
+    batched = draft_parallel_batched(drafter, torch.cat(ids).to(torch.int32), torch.cat([torch.arange(L) for L in lens]),
+                                     torch.cat(aux), bonus.to(torch.int32), qsl, qel, k)
+    for r, L in enumerate(lens):
+        keep = L - rejected[r]                                   # tokens 0..keep-1 were accepted
+        ctx = torch.cat([ids[r][1:keep], bonus[r: r + 1]])       # token at t+1 for features at t
+        alone = draft_parallel(drafter, drafter.new_cache(), ctx, aux[r][:keep], k)
+        assert batched[r].tolist() == alone.tokens.tolist(), r
