@@ -85,10 +85,14 @@ def cmd_train(args) -> int:
 
     from .target import Target
     from .train.data import load_samples
-    from .train.trainer import TrainConfig, Trainer
+    from .train.trainer import TrainConfig, Trainer, init_distributed, rank_and_world
     from .train.vocab import build_draft_vocab, token_counts
 
-    target = Target.load(args.target, device=args.device)
+    init_distributed()                                  # no-op unless launched by torchrun
+    device = args.device
+    if device == "cuda" and rank_and_world()[1] > 1:
+        device = f"cuda:{torch.cuda.current_device()}"
+    target = Target.load(args.target, device=device)
     samples = load_samples(args.data)
     ids, coverage = build_draft_vocab(token_counts(samples, target.vocab_size), args.draft_vocab_size)
     print(f"draft vocab {args.draft_vocab_size}: covers {coverage:.1%} of reply tokens in {len(samples)} conversations",
@@ -99,7 +103,10 @@ def cmd_train(args) -> int:
                       lr=args.lr, warmup_steps=args.warmup_steps, checkpoint_every=args.checkpoint_every, seed=args.seed,
                       per_conversation=args.per_conversation)
     trainer = Trainer(target, samples, cfg, args.out, ids)
-    history = trainer.run(time_budget_s=60 * args.max_minutes if args.max_minutes else None)
+    history = trainer.run(time_budget_s=60 * args.max_minutes if args.max_minutes else None,
+                          progress=rank_and_world()[0] == 0)
+    if rank_and_world()[0] != 0:
+        return 0
     dtype = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch.float16}[args.export_dtype]
     path = trainer.export(args.export or f"{args.out}/drafter", dtype=dtype)
     last = history[-1] if history else {}

@@ -77,3 +77,25 @@ def test_regenerate_resumes_by_shard(target, tmp_path):
     stamp = paths[0].stat().st_mtime_ns
     regenerate(target, prompts, tmp_path, max_new_tokens=6, batch_size=2, shard_size=2, progress=False)
     assert paths[0].stat().st_mtime_ns == stamp                                  # existing shard kept
+
+
+def test_two_process_gloo_training_equals_one_process(tmp_path):
+    """torchrun with 2 CPU processes (gloo) takes the same optimiser steps as one process."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    worker = Path(__file__).with_name("ddp_worker.py")
+    results = {}
+    for method in ("peagle", "eagle"):
+        for n in (1, 2):
+            out = tmp_path / f"{method}-{n}.pt"
+            proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={n}",
+                                   str(worker), str(out), str(tmp_path / f"run-{method}-{n}"), method],
+                                  capture_output=True, text=True, timeout=300)
+            assert proc.returncode == 0, proc.stderr[-3000:]
+            results[method, n] = torch.load(out, weights_only=False)
+        one, two = results[method, 1], results[method, 2]
+        assert [round(x, 5) for x in one["losses"]] == [round(x, 5) for x in two["losses"]]
+        for k in one["state"]:
+            assert torch.allclose(one["state"][k].float(), two["state"][k].float(), atol=2e-5, rtol=0), (method, k)

@@ -18,10 +18,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
 from tqdm.auto import tqdm
 
 from ..drafter import DrafterConfig, Eagle3Drafter, init_drafter, save_drafter
-from .cod import cod_sample
+from .cod import Elements, cod_sample
 from .data import Sample
 from .loss import LossParts, SeqData, packed_loss, sequence_loss, supervised_mask
 
@@ -55,6 +56,38 @@ def _lr_lambda(cfg: TrainConfig):
         progress = (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps)
         return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
     return f
+
+
+def rank_and_world() -> tuple[int, int]:
+    """This process's rank and the number of processes (1 when not launched by torchrun)."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def init_distributed() -> None:
+    """Join the process group when launched by ``torchrun`` (NCCL on GPUs, gloo on CPUs)."""
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not dist.is_initialized():
+        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+        if torch.cuda.is_available():
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+
+
+def cod_for_conversations(data: SeqData, cfg: "TrainConfig", step: int, global_ids: list[int]) -> Elements:
+    """COD elements drawn per conversation, each from a generator seeded by (seed, step, its index in
+    the global batch): the elements of a conversation do not depend on which process packs it."""
+    parts, offset = [], 0
+    doc = data.doc.cpu()
+    for local, gid in enumerate(global_ids):
+        n = int((doc == local).sum())
+        g = torch.Generator().manual_seed((cfg.seed * 1_000_003 + step) * 4099 + gid)
+        el = cod_sample(n, cfg.max_depth, cfg.cod_ratio, supervised=data.supervised[offset: offset + n].cpu(), generator=g)
+        parts.append(Elements(el.anchor + offset, el.depth, torch.full_like(el.anchor, local)))
+        offset += n
+    out = parts[0]
+    for p in parts[1:]:
+        out = out.concat(p)
+    return out
 
 
 @torch.no_grad()
@@ -111,14 +144,21 @@ class Trainer:
         return [self.samples[self.order[(step * b + i) % n]] for i in range(b)]
 
     def train_step(self) -> dict:
+        """One optimiser step. Under torchrun each process takes every world-th conversation of the
+        global batch; the loss is divided by the *global* count of supervised elements and the
+        gradients are summed across processes, so the step equals the single-process one."""
         cfg, step = self.cfg, self.step
+        rank, world = rank_and_world()
         t0 = time.perf_counter()
-        data = target_batch(self.target, self.batch_for(step), self.draft_ids, cfg.max_len)
-        g = torch.Generator().manual_seed(cfg.seed * 1_000_003 + step)
-        el = cod_sample(data.tokens.numel(), cfg.max_depth, cfg.cod_ratio, supervised=data.supervised.cpu(),
-                        generator=g, doc=data.doc.cpu())
-        el = type(el)(el.anchor.to(self.device), el.depth.to(self.device), el.doc.to(self.device))
-        count = int(supervised_mask(el, data).sum())
+        global_ids = list(range(rank, cfg.batch_size, world))
+        batch = self.batch_for(step)
+        data = target_batch(self.target, [batch[i] for i in global_ids], self.draft_ids, cfg.max_len)
+        el = cod_for_conversations(data, cfg, step, global_ids)
+        el = Elements(el.anchor.to(self.device), el.depth.to(self.device), el.doc.to(self.device))
+        count = torch.tensor(int(supervised_mask(el, data).sum()))
+        if world > 1:
+            dist.all_reduce(count)
+        count = int(count)
         self.opt.zero_grad(set_to_none=True)
         use_amp = cfg.amp_bf16 and self.device.type == "cuda"
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=use_amp):
@@ -127,6 +167,14 @@ class Trainer:
             loss_fn = packed_loss if cfg.per_conversation else sequence_loss
             parts: LossParts = loss_fn(self.drafter, el, data, method=cfg.method, max_depth=cfg.max_depth,
                                        num_segments=cfg.num_segments, normalizer=max(count, 1), backward=True)
+        if world > 1:
+            for p in self.drafter.parameters():
+                if p.grad is not None:
+                    dist.all_reduce(p.grad)
+            stats = torch.cat([parts.loss_sum.detach().float().cpu().reshape(1), parts.correct.float(), parts.total.float()])
+            dist.all_reduce(stats)
+            d = cfg.max_depth
+            parts = LossParts(stats[0], count, stats[1:1 + d].long(), stats[1 + d:].long())
         gnorm = torch.nn.utils.clip_grad_norm_(self.drafter.parameters(), cfg.grad_clip)
         self.opt.step()
         self.sched.step()
@@ -144,6 +192,10 @@ class Trainer:
         return self.out_dir / "checkpoint.pt"
 
     def save_checkpoint(self) -> None:
+        rank, world = rank_and_world()
+        if rank != 0:                                       # one writer; the others wait for it
+            dist.barrier()
+            return
         state = {"drafter": self.drafter.state_dict(), "opt": self.opt.state_dict(), "sched": self.sched.state_dict(),
                  "step": self.step, "history": self.history, "config": asdict(self.cfg),
                  "draft_ids": self.draft_ids, "drafter_config": asdict(self.drafter.cfg)}
@@ -155,6 +207,8 @@ class Trainer:
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
+        if world > 1:
+            dist.barrier()
 
     def load_checkpoint(self) -> bool:
         if not self.checkpoint_path.exists():
