@@ -101,7 +101,7 @@ def cmd_train(args) -> int:
                       draft_vocab_size=args.draft_vocab_size, max_depth=args.max_depth, cod_ratio=args.cod_ratio,
                       steps=args.steps, batch_size=args.batch_size, max_len=args.max_len, num_segments=args.segments,
                       lr=args.lr, warmup_steps=args.warmup_steps, checkpoint_every=args.checkpoint_every, seed=args.seed,
-                      per_conversation=args.per_conversation)
+                      layout=args.layout)
     trainer = Trainer(target, samples, cfg, args.out, ids)
     history = trainer.run(time_budget_s=60 * args.max_minutes if args.max_minutes else None,
                           progress=rank_and_world()[0] == 0)
@@ -195,8 +195,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--warmup-steps", type=int, default=20)
     s.add_argument("--checkpoint-every", type=int, default=50)
     s.add_argument("--max-minutes", type=float, default=None, help="shorten the run to fit this wall time")
-    s.add_argument("--per-conversation", action="store_true",
-                   help="run packed conversations one at a time (less attention memory; slower on GPU)")
+    s.add_argument("--layout", default="packed", choices=["packed", "per_conversation", "padded"],
+                   help="how a batch's conversations run (same gradient): one packed pass, one at a time, "
+                        "or a padded batch (peagle only; least attention work)")
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--target", default=None)
     s.add_argument("--device", default="cpu")

@@ -92,19 +92,20 @@ def test_partition_covers_every_element_once():
         assert need <= have
 
 
-def test_packed_conversations_one_at_a_time_equal_one_pass():
-    """Running packed conversations separately gives the packed pass's loss and gradients."""
-    from peagle_lab.train.loss import packed_loss
+def test_packed_conversations_one_at_a_time_or_padded_equal_one_pass():
+    """Packed conversations run one at a time, or as a padded batch, give the packed pass's loss and gradients."""
+    from peagle_lab.train.loss import packed_loss, padded_parallel_loss
 
     drafter, data, _ = _problem(torch.float64, "peagle", seq_len=40)
     data.doc = torch.tensor([0] * 15 + [1] * 12 + [2] * 13)
     el = cod_sample(40, 4, 0.7, supervised=data.supervised, doc=data.doc, generator=torch.Generator().manual_seed(3))
     n = int(supervised_mask(el, data).sum())
     grads = []
-    for fn in (sequence_loss, packed_loss):
+    for fn in (sequence_loss, packed_loss, padded_parallel_loss):
         drafter.zero_grad()
         parts = fn(drafter, el, data, method="peagle", max_depth=4, normalizer=n, backward=True)
         grads.append((parts.loss_sum, {k: p.grad.clone() for k, p in drafter.named_parameters() if p.grad is not None}))
-    assert torch.allclose(grads[0][0], grads[1][0], rtol=1e-10)
-    for k, g in grads[0][1].items():
-        assert torch.allclose(g, grads[1][1][k], rtol=1e-8, atol=1e-12), k
+    for other in grads[1:]:
+        assert torch.allclose(grads[0][0], other[0], rtol=1e-10)
+        for k, g in grads[0][1].items():
+            assert torch.allclose(g, other[1][k], rtol=1e-8, atol=1e-12), k

@@ -28,20 +28,21 @@ def test_draft_vocab_and_coverage():
     assert abs(coverage - 4 / 5) < 1e-9
 
 
-def _trainer(tmp, method, steps=6, segments=1):
+def _trainer(tmp, method, steps=6, segments=1, layout="packed"):
     tgt = tiny_target(vocab=50, seed=0)
     cfg = TrainConfig(method=method, num_layers=2, draft_vocab_size=40, max_depth=4, steps=steps, batch_size=3,
-                      max_len=30, num_segments=segments, lr=3e-3, warmup_steps=2, checkpoint_every=2, seed=1)
+                      max_len=30, num_segments=segments, lr=3e-3, warmup_steps=2, checkpoint_every=2, seed=1,
+                      layout=layout)
     ids, _ = build_draft_vocab(token_counts(_samples(), 50) + 1, 40)
     return Trainer(tgt, _samples(), cfg, tmp, ids)
 
 
 def test_resume_after_kill_equals_uninterrupted(tmp_path):
-    full = _trainer(tmp_path / "a", "peagle")
+    full = _trainer(tmp_path / "a", "peagle", layout="padded")
     full.run(progress=False)
-    killed = _trainer(tmp_path / "b", "peagle")
+    killed = _trainer(tmp_path / "b", "peagle", layout="padded")
     killed.run(progress=False, stop_after=3)          # "killed" after step 3; last checkpoint at step 2
-    resumed = _trainer(tmp_path / "b", "peagle")
+    resumed = _trainer(tmp_path / "b", "peagle", layout="padded")
     resumed.run(progress=False)
     assert resumed.step == full.step == 6
     a, b = full.drafter.state_dict(), resumed.drafter.state_dict()
@@ -85,12 +86,21 @@ def test_two_process_gloo_training_equals_one_process(tmp_path):
     import sys
     from pathlib import Path
 
+    import socket
+
+    def free_port() -> int:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return s.getsockname()[1]
+
     worker = Path(__file__).with_name("ddp_worker.py")
     results = {}
     for method in ("peagle", "eagle"):
         for n in (1, 2):
             out = tmp_path / f"{method}-{n}.pt"
-            proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={n}",
+            # an explicit free loopback port per launch: back-to-back launches never share one
+            proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nnodes=1", f"--nproc_per_node={n}",
+                                   "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{free_port()}",
                                    str(worker), str(out), str(tmp_path / f"run-{method}-{n}"), method],
                                   capture_output=True, text=True, timeout=300)
             assert proc.returncode == 0, proc.stderr[-3000:]

@@ -99,6 +99,12 @@ def element_losses(drafter: Eagle3Drafter, el: Elements, data: SeqData, method: 
         logits = _forward_sequential(drafter, el, data)
     else:
         raise ValueError(f"unknown training method {method!r}; use 'peagle' or 'eagle'")
+    return _loss_from_logits(logits, el, data, max_depth, counted)
+
+
+def _loss_from_logits(logits: torch.Tensor, el: Elements, data: SeqData, max_depth: int,
+                      counted: torch.Tensor) -> LossParts:
+    """KL(target || drafter) summed over counted, supervised elements, plus top-1 agreement per depth."""
     use = counted & supervised_mask(el, data)
     dt = torch.promote_types(logits.dtype, torch.float32)                  # float32, or float64 in tests
     t = data.target_logits[(el.anchor + 1 + el.depth)[use]].to(dt)         # (U, Vd)
@@ -110,6 +116,43 @@ def element_losses(drafter: Eagle3Drafter, el: Elements, data: SeqData, method: 
     correct = torch.zeros(max_depth, dtype=torch.long).index_add_(0, depth.cpu(), hit.cpu())
     total = torch.zeros(max_depth, dtype=torch.long).index_add_(0, depth.cpu(), torch.ones_like(hit).cpu())
     return LossParts(loss_sum, int(use.sum()), correct, total)
+
+
+def padded_parallel_loss(drafter: Eagle3Drafter, el: Elements, data: SeqData, *, max_depth: int,
+                         normalizer: float | None = None, backward: bool = False, **_) -> LossParts:
+    """P-EAGLE loss of packed conversations as one padded batch ``(B, E_max)``.
+
+    Same loss and gradient as one packed pass (the mask keeps conversations apart), but attention
+    costs B * E_max^2 instead of (sum E_i)^2, in a single launch sequence.
+    """
+    docs = el.doc.unique()
+    groups = [(el.doc == d).nonzero().squeeze(-1) for d in docs.tolist()]
+    B, E = len(groups), max(g.numel() for g in groups)
+    dev = el.anchor.device
+    index = torch.full((B, E), -1, dtype=torch.long, device=dev)            # element index or -1 (padding)
+    for b, g in enumerate(groups):
+        index[b, : g.numel()] = g
+    real = index >= 0
+    flat = index.clamp_min(0)
+    sub = el.select(flat.reshape(-1))
+    anchor, depth = sub.anchor.view(B, E), sub.depth.view(B, E)
+    d0 = depth == 0
+    n = data.tokens.numel()
+    ids = torch.where(d0, data.tokens[(anchor + 1).clamp(max=n - 1)], drafter.cfg.mask_token_id)
+    real_hidden = drafter.project(data.aux[anchor])                          # (B, E, H)
+    hidden = torch.where(d0[..., None], real_hidden, drafter.projected_mask_hidden().to(real_hidden.dtype))
+    mask = torch.zeros(B, E, E, dtype=torch.bool, device=dev)
+    for b, g in enumerate(groups):
+        m = g.numel()
+        mask[b, :m, :m] = peagle_mask(el.select(g), el.select(g))
+    mask |= torch.eye(E, dtype=torch.bool, device=dev)                       # padding rows see themselves
+    _, logits = drafter(ids, hidden, None, positions=anchor + depth, attn_mask=mask[:, None])
+    parts = _loss_from_logits(logits[real], el.select(index[real]), data, max_depth,
+                              torch.ones(int(real.sum()), dtype=torch.bool, device=dev))
+    if backward:
+        (parts.loss_sum / (normalizer or 1.0)).backward()
+        parts = LossParts(parts.loss_sum.detach(), parts.count, parts.correct, parts.total)
+    return parts
 
 
 def packed_loss(drafter: Eagle3Drafter, el: Elements, data: SeqData, **kwargs) -> LossParts:

@@ -24,7 +24,9 @@ from tqdm.auto import tqdm
 from ..drafter import DrafterConfig, Eagle3Drafter, init_drafter, save_drafter
 from .cod import Elements, cod_sample
 from .data import Sample
-from .loss import LossParts, SeqData, packed_loss, sequence_loss, supervised_mask
+from .loss import LossParts, SeqData, packed_loss, padded_parallel_loss, sequence_loss, supervised_mask
+
+LAYOUTS = {"packed": sequence_loss, "per_conversation": packed_loss, "padded": padded_parallel_loss}
 
 
 @dataclass
@@ -46,7 +48,7 @@ class TrainConfig:
     checkpoint_every: int = 50
     seed: int = 0
     amp_bf16: bool = True               # bf16 autocast on CUDA
-    per_conversation: bool = False      # run packed conversations one at a time (same gradient)
+    layout: str = "packed"              # "packed" | "per_conversation" | "padded" (P-EAGLE): same gradient
 
 
 def _lr_lambda(cfg: TrainConfig):
@@ -117,6 +119,9 @@ class Trainer:
                  draft_ids: torch.Tensor, drafter: Eagle3Drafter | None = None):
         if not samples:
             raise ValueError("no training samples; regenerate data first")
+        if cfg.layout not in LAYOUTS or (cfg.layout == "padded" and cfg.method != "peagle"):
+            raise ValueError(f"layout {cfg.layout!r} is not available for {cfg.method}; use packed or per_conversation"
+                             + (" (padded is for peagle)" if cfg.layout == "padded" else ""))
         self.target, self.samples, self.cfg = target, samples, cfg
         self.out_dir = Path(out_dir)
         self.out_dir.mkdir(parents=True, exist_ok=True)
@@ -162,9 +167,10 @@ class Trainer:
         self.opt.zero_grad(set_to_none=True)
         use_amp = cfg.amp_bf16 and self.device.type == "cuda"
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=use_amp):
-            # One packed pass was faster on the H200 (fewer launches); one conversation at a time
-            # costs sum(E_i^2) instead of (sum E_i)^2 attention memory, which suits CPUs.
-            loss_fn = packed_loss if cfg.per_conversation else sequence_loss
+            # All three layouts give the same loss and gradient (tests/test_partition.py). Packed: one
+            # pass, (sum E_i)^2 attention. Per conversation: sum E_i^2, many small launches (CPU-friendly;
+            # slow on the H200). Padded (P-EAGLE only): B * E_max^2 in one pass.
+            loss_fn = LAYOUTS[cfg.layout]
             parts: LossParts = loss_fn(self.drafter, el, data, method=cfg.method, max_depth=cfg.max_depth,
                                        num_segments=cfg.num_segments, normalizer=max(count, 1), backward=True)
         if world > 1:
