@@ -14,7 +14,7 @@ common="--data /tmp/pk/data --device cuda --draft-vocab-size 2048 --max-depth 8 
   --steps 100000 --warmup-steps 50 --lr 1e-3 --checkpoint-every 500 --max-minutes $MIN"
 python -m peagle_lab train --method eagle --num-layers 1 --intermediate-size 1024 --out /tmp/pk/run-eagle \
   --export "$OUT/eagle-smollm2" $common > "$OUT/train-eagle.log" 2>&1 &
-python -m peagle_lab train --method peagle --num-layers 2 --intermediate-size 512 --out /tmp/pk/run-peagle \
+python -m peagle_lab train --method peagle --num-layers 2 --intermediate-size 512 --layout "${PEAGLE_LAYOUT:-packed}" --out /tmp/pk/run-peagle \
   --export "$OUT/peagle-smollm2" $common > "$OUT/train-peagle.log" 2>&1 &
 wait
 tail -c 1500 "$OUT/train-eagle.log"; tail -c 1500 "$OUT/train-peagle.log"
