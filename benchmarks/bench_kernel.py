@@ -15,7 +15,6 @@ import platform
 
 import torch
 import triton
-import triton.language as tl
 
 from peagle_lab.kernels import copy_and_expand_eagle_inputs
 

@@ -20,11 +20,10 @@ just like the target's.
 from __future__ import annotations
 
 import json
-import math
 import os
 import shutil
 import tempfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch

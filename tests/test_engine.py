@@ -46,7 +46,7 @@ def test_greedy_equal_with_partial_acceptance(target, mtbench_ids, references, d
 
     def assisted(drafter, cache, ctx_tokens, ctx_aux, k, temperature, gen):
         known = cache.length + ctx_tokens.shape[0] + 1         # prompt + generated so far
-        draft = real(drafter, cache, ctx_tokens, ctx_aux, k, temperature, gen)  # real drafter state changes
+        real(drafter, cache, ctx_tokens, ctx_aux, k, temperature, gen)          # real drafter state changes
         g = known - len(ids)
         truth = (ref + [0] * 64)[g: g + k]
         cut = int(torch.randint(0, k + 1, (1,), generator=rng))

@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from helpers import random_drafter, tiny_target
-from peagle_lab.train.cod import Elements, cod_sample, partition, peagle_mask, peagle_mask_bruteforce
+from peagle_lab.train.cod import cod_sample, partition, peagle_mask, peagle_mask_bruteforce
 from peagle_lab.train.loss import SeqData, sequence_loss, supervised_mask
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 
-import torch
+import torch  # noqa: F401  (used by the doctest above)
 
 from .reference import EagleInputs, copy_and_expand_eagle_inputs_torch, empty_outputs
 

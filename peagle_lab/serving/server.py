@@ -34,6 +34,9 @@ class ServeConfig:
     dtype: str = "float32"                   # float32 on CPUs without native bf16
     max_model_len: int = 2048
     enforce_eager: bool = True
+    # vLLM reserves this fraction of (CPU or GPU) memory; its default 0.92 fails on a shared
+    # 24 GiB CPU machine ("Available memory ... is less than desired CPU memory utilization").
+    memory_fraction: float = 0.35
     extra_args: list[str] = field(default_factory=list)
 
 
@@ -78,7 +81,7 @@ def free_port() -> int:
 def serve_command(cfg: ServeConfig, port: int) -> list[str]:
     cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(cfg.target),
            "--host", "127.0.0.1", "--port", str(port), "--dtype", cfg.dtype, "--max-model-len", str(cfg.max_model_len),
-           "--disable-uvicorn-access-log"]
+           "--gpu-memory-utilization", str(cfg.memory_fraction), "--disable-uvicorn-access-log"]
     if cfg.enforce_eager:
         cmd.append("--enforce-eager")
     spec = speculative_config(cfg)
