@@ -129,6 +129,27 @@ def cmd_export_speculators(args) -> int:
     return 0
 
 
+def cmd_check(args) -> int:
+    from .check import check_drafter
+    from .target import Target
+
+    report = check_drafter(args.drafter, Target.load(args.target), k=args.k)
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        for p in report["problems"]:
+            print(f"PROBLEM: {p}")
+        for w in report["warnings"]:
+            print(f"warning: {w}")
+        if report["probe"]:
+            pr = report["probe"]
+            print(f"probe ({pr['method']}, K={pr['k']}, 2 MT-Bench prompts): AL {pr['acceptance_length']:.2f}, "
+                  f"per position {[round(a, 2) for a in pr['acceptance_per_position']]}")
+        if not report["problems"]:
+            print("ok: the drafter fits this target")
+    return 1 if report["problems"] else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="peagle-lab", description="Learn, train and serve P-EAGLE parallel speculative decoding.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -202,6 +223,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--target", default=None)
     s.add_argument("--device", default="cpu")
     s.set_defaults(fn=cmd_train)
+
+    s = sub.add_parser("check", help="validate a drafter against a target and probe its acceptance")
+    s.add_argument("drafter")
+    s.add_argument("--target", default=None)
+    s.add_argument("--k", type=int, default=None)
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(fn=cmd_check)
 
     s = sub.add_parser("export-speculators", help="write a drafter in the speculators format (vLLM >= 0.33 reads it)")
     s.add_argument("drafter", help="drafter folder in vLLM's EAGLE-3 layout")

@@ -1,0 +1,78 @@
+"""``peagle-lab check DRAFTER``: what is wrong with a drafter, in plain words, before serving it.
+
+The usual complaint with EAGLE-3 / P-EAGLE heads is "near-zero acceptance in vLLM": the checkpoint
+loads, but it was trained on other taps, another vocabulary mapping, or without its mask hidden
+state. This runs every check we can make offline and then a short acceptance probe.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+
+from .drafter import IncompatibleDrafter, check_compatible, load_drafter
+
+
+def check_drafter(path: str, target, k: int | None = None, probe_prompts: int = 2, probe_tokens: int = 32) -> dict:
+    """``{"problems": [...], "warnings": [...], "probe": {...} or None}`` for the drafter folder ``path``."""
+    path = Path(path)
+    problems, warnings = [], []
+    cfg_file = path / "config.json"
+    if not cfg_file.exists():
+        return {"problems": [f"{path} has no config.json: not a drafter folder"], "warnings": [], "probe": None}
+    cfg = json.loads(cfg_file.read_text())
+    if not any("Eagle3" in a for a in cfg.get("architectures", [])):
+        problems.append(f"architectures {cfg.get('architectures')} do not name an EAGLE-3 model "
+                        "(vLLM's loader expects LlamaForCausalLMEagle3)")
+    keys = set()
+    for f in path.glob("*.safetensors"):
+        with safe_open(str(f), "pt") as handle:
+            keys |= set(handle.keys())
+    parallel = any(key in cfg for key in ("ptd_token_id", "pard_token", "mask_token_id"))
+    if parallel and "mask_hidden" not in keys:
+        problems.append("config asks for parallel drafting but the weights have no mask_hidden "
+                        "(vLLM refuses to start; re-export with the trained mask_hidden)")
+    if int(cfg.get("draft_vocab_size") or cfg["vocab_size"]) < int(cfg["vocab_size"]) and "d2t" not in keys:
+        problems.append("draft vocabulary is smaller than the target's but there is no d2t mapping "
+                        "(every draft would map to the wrong token)")
+    if int(cfg["vocab_size"]) != target.vocab_size:
+        problems.append(f"drafter vocab {cfg['vocab_size']} != target vocab {target.vocab_size}: trained for another target")
+    if int(cfg.get("target_hidden_size") or cfg["hidden_size"]) != target.hidden_size:
+        problems.append(f"drafter expects target hidden size {cfg.get('target_hidden_size') or cfg['hidden_size']}, "
+                        f"target has {target.hidden_size}")
+    if problems:
+        return {"problems": problems, "warnings": warnings, "probe": None}
+    try:
+        drafter = load_drafter(path, target)
+    except (ValueError, RuntimeError, IncompatibleDrafter) as err:
+        return {"problems": [str(err)], "warnings": warnings, "probe": None}
+    ids = torch.arange(drafter.cfg.draft_vocab_size) + drafter.d2t
+    if ids.min() < 0 or ids.max() >= drafter.cfg.vocab_size or not drafter.t2d[ids].all():
+        problems.append("d2t maps draft ids outside the target vocabulary or disagrees with t2d "
+                        "(d2t must hold offsets: target id = i + d2t[i])")
+    if parallel and not 0 <= drafter.cfg.mask_token_id < drafter.cfg.vocab_size:
+        problems.append(f"mask token id {drafter.cfg.mask_token_id} is outside the target vocabulary")
+    method = "peagle" if parallel else "eagle"
+    k = k or (drafter.cfg.trained_depth if parallel and drafter.cfg.trained_depth else 3)
+    try:
+        check_compatible(drafter, target, k if parallel else None)
+    except IncompatibleDrafter as err:
+        problems.append(str(err))
+    if problems:
+        return {"problems": problems, "warnings": warnings, "probe": None}
+    from .engine import generate
+    from .prompts import load_prompts
+    from .stats import AcceptanceStats
+
+    stats = AcceptanceStats(k)
+    for prompt in load_prompts("mt-bench", probe_prompts):
+        stats = stats.merge(generate(target, target.chat_ids(prompt), method=method, drafter=drafter, k=k,
+                                     max_new_tokens=probe_tokens).acceptance)
+    probe = {"method": method, "k": k, "acceptance_length": stats.acceptance_length,
+             "acceptance_per_position": stats.per_position}
+    if stats.acceptance_length < 1.05:
+        warnings.append(f"near-zero acceptance (AL {stats.acceptance_length:.2f}): the drafter loads and fits, but "
+                        "was probably trained on another target, other taps or another chat template")
+    return {"problems": problems, "warnings": warnings, "probe": probe}
