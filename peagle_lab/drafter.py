@@ -154,6 +154,24 @@ class DrafterCache:
                 self.values[i] = self.values[i][:, :, :length]
 
 
+def _is_block_mask(mask) -> bool:
+    return type(mask).__name__ == "BlockMask"
+
+
+_FLEX = {}
+
+
+def _flex_attention(q, k, v, block_mask):
+    """flex attention with a BlockMask: compiled on CUDA (fused, sparse), eager elsewhere."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    if q.device.type != "cuda":
+        return flex_attention(q, k, v, block_mask=block_mask, enable_gqa=True)
+    if "cuda" not in _FLEX:
+        _FLEX["cuda"] = torch.compile(flex_attention, dynamic=True)
+    return _FLEX["cuda"](q, k, v, block_mask=block_mask, enable_gqa=True)
+
+
 class Attention(nn.Module):
     def __init__(self, cfg: DrafterConfig, in_dim: int):
         super().__init__()
@@ -172,9 +190,12 @@ class Attention(nn.Module):
         q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
         if cache is not None:
             k, v = cache.append(layer, k, v)                                        # (B, nkv, S, hd)
-        rep = c.num_heads // c.num_kv_heads
-        k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)           # (B, nh, T, hd)
+        if _is_block_mask(attn_mask):                       # training: sparse P-EAGLE mask, no dense (T, S)
+            out = _flex_attention(q.to(v.dtype), k.to(v.dtype), v, attn_mask)
+        else:
+            rep = c.num_heads // c.num_kv_heads
+            k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)       # (B, nh, T, hd)
         return self.o_proj(out.transpose(1, 2).reshape(B, T, c.num_heads * c.head_dim))
 
 

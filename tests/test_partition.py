@@ -109,3 +109,68 @@ def test_packed_conversations_one_at_a_time_or_padded_equal_one_pass():
         assert torch.allclose(grads[0][0], other[0], rtol=1e-10)
         for k, g in grads[0][1].items():
             assert torch.allclose(g, other[1][k], rtol=1e-8, atol=1e-12), k
+
+
+def test_block_mask_equals_dense_mask():
+    """The flex-attention BlockMask encodes exactly the dense P-EAGLE mask (also across documents)."""
+    from peagle_lab.train.cod import peagle_block_mask
+
+    doc = torch.tensor([0] * 90 + [1] * 150)
+    el = cod_sample(240, 6, 0.7, generator=torch.Generator().manual_seed(4), doc=doc)
+    q = el.select((el.depth == 2).nonzero().squeeze(-1))                     # a sequential-TTT query set
+    for qq in (el, q):
+        bm = peagle_block_mask(qq, el, block=32)
+        dense = bm.to_dense()[0, 0].bool()                                   # (Eq/32, Ek/32) tiles kept
+        want = peagle_mask(qq, el)
+        pad = torch.zeros(dense.shape[0] * 32, dense.shape[1] * 32, dtype=torch.bool)
+        pad[: len(qq), : len(el)] = want
+        tiles = pad.view(dense.shape[0], 32, dense.shape[1], 32).any(3).any(1)
+        assert torch.equal(dense, tiles)                                     # exactly the non-empty tiles
+        # and, evaluated elementwise, the mask_mod is the mask
+        qi, ki = torch.meshgrid(torch.arange(len(qq)), torch.arange(len(el)), indexing="ij")
+        assert torch.equal(bm.mask_mod(0, 0, qi, ki), want)
+
+
+@pytest.mark.parametrize("method", ["peagle", "eagle"])
+def test_flex_attention_loss_equals_dense(method):
+    """The flex-attention path gives the dense path's loss (forward only: PyTorch has no flex backward on
+    CPU; the GPU gradient check lives in benchmarks/device and its result in benchmarks/results)."""
+    drafter, data, _ = _problem(torch.float64, method, seq_len=40)
+    data.doc = torch.tensor([0] * 15 + [1] * 12 + [2] * 13)
+    el = cod_sample(40, 4, 0.7, supervised=data.supervised, doc=data.doc, generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        for segments in (1, 3):
+            dense = sequence_loss(drafter, el, data, method=method, max_depth=4, num_segments=segments, attention="dense")
+            flex = sequence_loss(drafter, el, data, method=method, max_depth=4, num_segments=segments, attention="flex")
+            assert torch.allclose(dense.loss_sum, flex.loss_sum, rtol=1e-10)
+            assert torch.equal(dense.correct, flex.correct) and dense.count == flex.count
+    with pytest.raises(ValueError, match="attention backend"):
+        sequence_loss(drafter, el, data, method=method, max_depth=4, attention="sdpa")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="flex attention has a backward on CUDA only (run on the H200)")
+@pytest.mark.parametrize("method", ["peagle", "eagle"])
+def test_flex_gradients_equal_dense_on_cuda(method):
+    """On a GPU, the compiled flex-attention path gives the dense path's loss and gradients, also partitioned."""
+    drafter, data, _ = _problem(torch.float32, method, seq_len=40)
+    data.doc = torch.tensor([0] * 15 + [1] * 12 + [2] * 13)
+    el = cod_sample(40, 4, 0.7, supervised=data.supervised, doc=data.doc, generator=torch.Generator().manual_seed(6))
+    drafter.cuda()
+    drafter.share_embedding(drafter._shared_embed.cuda()) if drafter._shared_embed is not None else None
+    data = SeqData(*(t.cuda() for t in (data.tokens, data.aux, data.target_logits, data.supervised, data.doc)))
+    el.anchor, el.depth, el.doc = el.anchor.cuda(), el.depth.cuda(), el.doc.cuda()
+    n = int(supervised_mask(el, data).sum())
+    results = {}
+    for attention in ("dense", "flex"):
+        for segments in (1, 3):
+            drafter.zero_grad()
+            parts = sequence_loss(drafter, el, data, method=method, max_depth=4, num_segments=segments,
+                                  normalizer=n, backward=True, attention=attention)
+            results[attention, segments] = (parts.loss_sum, {k: p.grad.clone() for k, p in drafter.named_parameters()
+                                                             if p.grad is not None})
+    ref_loss, ref = results["dense", 1]
+    for key, (loss, grads) in results.items():
+        assert torch.allclose(loss, ref_loss, rtol=1e-4), key
+        for k, g in ref.items():
+            rel = (g - grads[k]).norm() / g.norm().clamp_min(1e-30)
+            assert rel <= 1e-3, f"{key} {k}: relative gradient error {rel:.2e}"

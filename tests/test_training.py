@@ -1,4 +1,5 @@
 """Training loop oracles: data regeneration, draft vocab, loss goes down, resume == uninterrupted."""
+import pytest
 import torch
 
 from helpers import tiny_target
@@ -48,6 +49,17 @@ def test_resume_after_kill_equals_uninterrupted(tmp_path):
     a, b = full.drafter.state_dict(), resumed.drafter.state_dict()
     assert all(torch.allclose(a[k], b[k], atol=1e-6, rtol=0) for k in a)
     assert [round(r["loss"], 5) for r in full.history] == [round(r["loss"], 5) for r in resumed.history]
+
+
+def test_resume_refuses_other_settings_but_accepts_longer_run(tmp_path):
+    first = _trainer(tmp_path, "peagle")
+    first.run(progress=False, steps=4)
+    other = _trainer(tmp_path, "peagle", segments=2)
+    with pytest.raises(ValueError, match="differs in num_segments"):
+        other.run(progress=False)
+    longer = _trainer(tmp_path, "peagle", steps=8)                   # e.g. a run cut short by --max-minutes
+    longer.run(progress=False)
+    assert longer.step == 8 and [r["step"] for r in longer.history] == list(range(1, 9))
 
 
 def test_training_lowers_loss_and_exports(tmp_path):

@@ -99,6 +99,47 @@ def peagle_mask(q: Elements, k: Elements) -> torch.Tensor:
     return same_doc & (((kd == 0) & (ka <= qa)) | ((ka == qa) & (kd <= qd)))
 
 
+def _padded(t: torch.Tensor, length: int, fill: int) -> torch.Tensor:
+    out = torch.full((length,), fill, dtype=t.dtype, device=t.device)
+    out[: t.numel()] = t
+    return out
+
+
+def peagle_block_mask(q: Elements, k: Elements, block: int = 128):
+    """The same mask as a flex-attention ``BlockMask``: never materialised as (Eq, Ek).
+
+    Only the (block x block) tiles that hold a visible pair are kept, so with elements ordered by
+    conversation the cost follows sum(E_i^2) over conversations and the depth structure, not
+    (sum E_i)^2. Lookup tensors are padded past the last tile with document ids that never match.
+    """
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    nq, nk = len(q), len(k)
+    lq, lk = -(-nq // block) * block + block, -(-nk // block) * block + block
+    qa, qd, qdoc = _padded(q.anchor, lq, 0), _padded(q.depth, lq, 0), _padded(q.doc, lq, -1)
+    ka, kd, kdoc = _padded(k.anchor, lk, 0), _padded(k.depth, lk, 0), _padded(k.doc, lk, -2)
+
+    def mask_mod(b, h, qi, ki):
+        same = qdoc[qi] == kdoc[ki]
+        return same & (((kd[ki] == 0) & (ka[ki] <= qa[qi])) | ((ka[ki] == qa[qi]) & (kd[ki] <= qd[qi])))
+
+    dev = q.anchor.device
+    return create_block_mask(mask_mod, None, None, nq, nk, device=dev, BLOCK_SIZE=block, _compile=dev.type == "cuda")
+
+
+ATTENTION_BACKENDS = ("auto", "dense", "flex")
+
+
+def attention_mask(q: Elements, k: Elements, backend: str = "dense"):
+    """The P-EAGLE mask for ``backend``: "dense" (bool tensor), "flex" (BlockMask), "auto" (flex on
+    CUDA, dense elsewhere: PyTorch's flex attention has no backward on CPU)."""
+    if backend not in ATTENTION_BACKENDS:
+        raise ValueError(f"unknown attention backend {backend!r}; use one of {', '.join(ATTENTION_BACKENDS)}")
+    if backend == "auto":
+        backend = "flex" if q.anchor.device.type == "cuda" else "dense"
+    return peagle_block_mask(q, k) if backend == "flex" else peagle_mask(q, k)
+
+
 def peagle_mask_bruteforce(q: Elements, k: Elements) -> torch.Tensor:
     """The same mask, written as the definition reads (for tests)."""
     out = torch.zeros(len(q), len(k), dtype=torch.bool)

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from ..drafter import DrafterCache, Eagle3Drafter
-from .cod import Elements, partition, peagle_mask
+from .cod import Elements, attention_mask, partition, peagle_mask
 
 
 @dataclass
@@ -50,7 +50,7 @@ def supervised_mask(el: Elements, data: SeqData) -> torch.Tensor:
     return ok
 
 
-def _forward_parallel(drafter: Eagle3Drafter, el: Elements, data: SeqData) -> torch.Tensor:
+def _forward_parallel(drafter: Eagle3Drafter, el: Elements, data: SeqData, attention: str = "dense") -> torch.Tensor:
     """P-EAGLE: every element in one pass under the P-EAGLE mask -> logits (E, Vd)."""
     d0 = el.depth == 0
     mask_id = drafter.cfg.mask_token_id
@@ -58,11 +58,11 @@ def _forward_parallel(drafter: Eagle3Drafter, el: Elements, data: SeqData) -> to
     real = drafter.project(data.aux[el.anchor])                            # (E, H)
     hidden = torch.where(d0[:, None], real, drafter.projected_mask_hidden().to(real.dtype))
     _, logits = drafter(ids[None], hidden[None], None, positions=el.position[None],
-                        attn_mask=peagle_mask(el, el))
+                        attn_mask=attention_mask(el, el, attention))
     return logits[0]
 
 
-def _forward_sequential(drafter: Eagle3Drafter, el: Elements, data: SeqData) -> torch.Tensor:
+def _forward_sequential(drafter: Eagle3Drafter, el: Elements, data: SeqData, attention: str = "dense") -> torch.Tensor:
     """EAGLE-3 training-time test: depth by depth, each reading the previous depth's own output."""
     cache = DrafterCache(drafter.cfg.num_layers)
     seen: Elements | None = None
@@ -81,7 +81,7 @@ def _forward_sequential(drafter: Eagle3Drafter, el: Elements, data: SeqData) -> 
             parent = torch.searchsorted(prev_anchor, cur.anchor)
             hidden = prev_out[parent]
         keys = cur if seen is None else seen.concat(cur)
-        prenorm, lg = drafter(ids[None], hidden[None], cache, positions=cur.position[None], attn_mask=peagle_mask(cur, keys))
+        prenorm, lg = drafter(ids[None], hidden[None], cache, positions=cur.position[None], attn_mask=attention_mask(cur, keys, attention))
         out_logits.append(lg[0])
         order.append(idx)
         seen, prev_anchor, prev_out = keys, cur.anchor, prenorm[0]
@@ -91,12 +91,15 @@ def _forward_sequential(drafter: Eagle3Drafter, el: Elements, data: SeqData) -> 
 
 
 def element_losses(drafter: Eagle3Drafter, el: Elements, data: SeqData, method: str,
-                   max_depth: int, counted: torch.Tensor) -> LossParts:
-    """Loss summed over elements where ``counted`` is True (context elements are not counted)."""
+                   max_depth: int, counted: torch.Tensor, attention: str = "dense") -> LossParts:
+    """Loss summed over elements where ``counted`` is True (context elements are not counted).
+
+    ``attention``: "dense" builds the (E, E) mask; "flex" a flex-attention BlockMask (CUDA for
+    training); "auto" picks flex on CUDA. All give the same loss."""
     if method == "peagle":
-        logits = _forward_parallel(drafter, el, data)
+        logits = _forward_parallel(drafter, el, data, attention)
     elif method == "eagle":
-        logits = _forward_sequential(drafter, el, data)
+        logits = _forward_sequential(drafter, el, data, attention)
     else:
         raise ValueError(f"unknown training method {method!r}; use 'peagle' or 'eagle'")
     return _loss_from_logits(logits, el, data, max_depth, counted)
@@ -169,7 +172,8 @@ def packed_loss(drafter: Eagle3Drafter, el: Elements, data: SeqData, **kwargs) -
 
 
 def sequence_loss(drafter: Eagle3Drafter, el: Elements, data: SeqData, *, method: str, max_depth: int,
-                  num_segments: int = 1, normalizer: float | None = None, backward: bool = False) -> LossParts:
+                  num_segments: int = 1, normalizer: float | None = None, backward: bool = False,
+                  attention: str = "dense") -> LossParts:
     """Loss of one sequence. With ``backward``, calls ``(loss / normalizer).backward()`` per segment.
 
     ``num_segments > 1`` runs P-EAGLE's sequence partitioning: peak memory follows the largest
@@ -177,7 +181,8 @@ def sequence_loss(drafter: Eagle3Drafter, el: Elements, data: SeqData, *, method
     """
     n_el = len(el)
     if num_segments <= 1:
-        parts = element_losses(drafter, el, data, method, max_depth, torch.ones(n_el, dtype=torch.bool, device=el.anchor.device))
+        parts = element_losses(drafter, el, data, method, max_depth, torch.ones(n_el, dtype=torch.bool, device=el.anchor.device),
+                               attention)
         if backward:
             (parts.loss_sum / (normalizer or 1.0)).backward()
         return parts if not backward else LossParts(parts.loss_sum.detach(), parts.count, parts.correct, parts.total)
@@ -185,7 +190,7 @@ def sequence_loss(drafter: Eagle3Drafter, el: Elements, data: SeqData, *, method
     for seg in partition(el, data.tokens.numel(), num_segments):
         idx = torch.cat([seg.context, seg.own]).sort().values            # keeps depth-major order
         counted = torch.isin(idx, seg.own)
-        parts = element_losses(drafter, el.select(idx), data, method, max_depth, counted)
+        parts = element_losses(drafter, el.select(idx), data, method, max_depth, counted, attention)
         if backward:
             (parts.loss_sum / (normalizer or 1.0)).backward()
             parts = LossParts(parts.loss_sum.detach(), parts.count, parts.correct, parts.total)

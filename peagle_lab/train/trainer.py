@@ -49,6 +49,7 @@ class TrainConfig:
     seed: int = 0
     amp_bf16: bool = True               # bf16 autocast on CUDA
     layout: str = "packed"              # "packed" | "per_conversation" | "padded" (P-EAGLE): same gradient
+    attention: str = "auto"             # "auto" (flex on CUDA, dense on CPU) | "dense" | "flex": same loss
 
 
 def _lr_lambda(cfg: TrainConfig):
@@ -172,7 +173,8 @@ class Trainer:
             # slow on the H200). Padded (P-EAGLE only): B * E_max^2 in one pass.
             loss_fn = LAYOUTS[cfg.layout]
             parts: LossParts = loss_fn(self.drafter, el, data, method=cfg.method, max_depth=cfg.max_depth,
-                                       num_segments=cfg.num_segments, normalizer=max(count, 1), backward=True)
+                                       num_segments=cfg.num_segments, normalizer=max(count, 1), backward=True,
+                                       attention=cfg.attention)
         if world > 1:
             for p in self.drafter.parameters():
                 if p.grad is not None:
@@ -220,9 +222,12 @@ class Trainer:
         if not self.checkpoint_path.exists():
             return False
         state = torch.load(self.checkpoint_path, map_location=self.device, weights_only=False)
-        if state["config"] != asdict(self.cfg):
-            raise ValueError(f"{self.checkpoint_path} was written with another training config; "
-                             "use a fresh --out folder or the same settings to resume")
+        # ``steps`` may differ: a run cut short by --max-minutes resumes towards the new total.
+        theirs, ours = dict(state["config"], steps=None), dict(asdict(self.cfg), steps=None)
+        if theirs != ours:
+            diff = sorted(k for k in ours if theirs.get(k) != ours[k])
+            raise ValueError(f"{self.checkpoint_path} was written with another training config (differs in "
+                             f"{', '.join(diff)}); use a fresh --out folder or the same settings to resume")
         self.drafter.load_state_dict(state["drafter"])
         self.opt.load_state_dict(state["opt"])
         self.sched.load_state_dict(state["sched"])
