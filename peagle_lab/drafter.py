@@ -487,6 +487,7 @@ def load_drafter(path: str | os.PathLike, target=None, dtype: torch.dtype = torc
     drafter.d2t, drafter.t2d = drafter.d2t.long(), drafter.t2d.bool()
     if target is not None:
         check_compatible(drafter, target)
+        drafter.to(target.device)
         if drafter.embed_tokens is None:
             drafter.share_embedding(target.model.get_input_embeddings().weight)
     return drafter.eval()

@@ -242,7 +242,7 @@ class Trainer:
         ``time_budget_s`` (for lent GPUs with a hard time limit): after 10 steps the step time is
         measured (steps 4-13) and the run shortened to fit, so the LR schedule still completes.
         """
-        total = steps or self.cfg.steps
+        total = requested = steps or self.cfg.steps
         self.load_checkpoint()
         t_start = time.perf_counter()
         bar = tqdm(total=total, initial=self.step, desc=f"train {self.cfg.method}", disable=not progress)
@@ -257,13 +257,13 @@ class Trainer:
             if stop_after is not None and done_now >= stop_after:
                 break
             if done_now == 3:
-                t_warm = time.perf_counter()                 # first steps pay for start-up
-            if time_budget_s and done_now == 13:
-                per_step = (time.perf_counter() - t_warm) / 10
+                t_warm = time.perf_counter()                 # first steps pay for start-up (and compiling)
+            if time_budget_s and done_now >= 13 and (done_now - 13) % 100 == 0:
+                # re-fit every 100 steps: step times drift (recompiles, a neighbour on the same GPU)
+                per_step = (time.perf_counter() - t_warm) / (done_now - 3)
                 fit = self.step + int((time_budget_s - (time.perf_counter() - t_start)) / per_step)
-                if fit < total:
-                    total = self.cfg.steps = max(self.step + 1, fit)   # the cosine schedule follows cfg.steps
-                    bar.total = total
+                total = self.cfg.steps = max(self.step + 1, min(requested, fit))  # the cosine follows cfg.steps
+                bar.total = total
         bar.close()
         return self.history
 
