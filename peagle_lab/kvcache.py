@@ -8,6 +8,12 @@ engine needs only three things from a cache, so they live here and nowhere else:
 * :func:`cache_length` -- how many positions it holds;
 * :func:`crop` -- roll it back to its first ``n`` positions (speculative decoding throws away
   the KV entries of rejected draft tokens).
+
+The batched engine (:mod:`peagle_lab.batch_cache`) needs two more, both plain tensor surgery on
+every layer's ``(B, heads, T, head_dim)`` keys and values:
+
+* :func:`rewrite_tail` -- per row, move chosen slots to the end of that row's valid prefix;
+* :func:`select_rows` -- keep only some rows (finished requests leave the batch).
 """
 from __future__ import annotations
 
@@ -46,3 +52,43 @@ def crop(cache: DynamicCache, length: int) -> None:
         cache.key_cache[i] = cache.key_cache[i][..., :length, :]
         cache.value_cache[i] = cache.value_cache[i][..., :length, :]
     cache._seen_tokens = length
+
+
+def _layers(cache: DynamicCache):
+    """Yield ``(get, set)`` access to every layer's (keys, values), whatever the cache layout."""
+    if hasattr(cache, "layers"):                                       # transformers >= 4.56
+        for layer in cache.layers:
+            if getattr(layer, "keys", None) is not None and layer.keys.numel():
+                def put(k, v, layer=layer):
+                    layer.keys, layer.values = k, v
+                yield (layer.keys, layer.values), put
+        return
+    for i in range(len(cache.key_cache)):                              # older parallel lists
+        def put(k, v, i=i):
+            cache.key_cache[i], cache.value_cache[i] = k, v
+        yield (cache.key_cache[i], cache.value_cache[i]), put
+
+
+def rewrite_tail(cache: DynamicCache, start: int, index: torch.Tensor) -> None:
+    """Slots ``start .. start+n-1`` of row ``b`` become the old slots ``index[b]`` (``index (B, n)``).
+
+    The cache then holds ``start + n`` positions. Only the tail is copied; the prefix is untouched.
+    """
+    B, n = index.shape
+    for (k, v), put in _layers(cache):
+        idx = index.to(k.device)[:, None, :, None].expand(B, k.shape[1], n, k.shape[3])   # (B, heads, n, hd)
+        k_tail, v_tail = k.gather(2, idx), v.gather(2, idx)                                # copies first
+        k, v = k[:, :, : start + n], v[:, :, : start + n]
+        if k.shape[2] < start + n:
+            raise ValueError(f"cannot grow a cache of {k.shape[2]} positions to {start + n} by rewriting")
+        k[:, :, start:], v[:, :, start:] = k_tail, v_tail
+        put(k, v)
+    if hasattr(cache, "_seen_tokens"):
+        cache._seen_tokens = start + n
+
+
+def select_rows(cache: DynamicCache, rows: torch.Tensor) -> None:
+    """Keep only batch rows ``rows`` (a 1-D index tensor), in that order."""
+    for (k, v), put in _layers(cache):
+        r = rows.to(k.device)
+        put(k.index_select(0, r), v.index_select(0, r))

@@ -115,16 +115,24 @@ class Target:
 
     # ----------------------------------------------------------------------------- forward
     @torch.inference_mode()
-    def forward(self, input_ids: torch.Tensor, cache, *, aux: bool = True) -> TargetOutput:
-        """Run new tokens ``(B, T)`` (or ``(T,)``) after what ``cache`` holds; extends the cache."""
+    def forward(self, input_ids: torch.Tensor, cache, *, aux: bool = True, positions: torch.Tensor | None = None,
+                attention_mask: torch.Tensor | None = None) -> TargetOutput:
+        """Run new tokens ``(B, T)`` (or ``(T,)``) after what ``cache`` holds; extends the cache.
+
+        By default every row continues at position ``cache length``. The batched engine passes
+        per-row ``positions (B, T)`` and a 4D additive ``attention_mask (B, 1, T, cache + T)``
+        instead (see :mod:`peagle_lab.batch_cache`).
+        """
         if input_ids.dim() == 1:
             input_ids = input_ids[None]
-        start = kvcache.cache_length(cache)
-        positions = torch.arange(start, start + input_ids.shape[1], device=input_ids.device)[None]
+        if positions is None:
+            start = kvcache.cache_length(cache)
+            positions = torch.arange(start, start + input_ids.shape[1], device=input_ids.device)[None]
+        extra = {} if attention_mask is None else {"attention_mask": attention_mask.to(self.device)}
         self._capture, self._captured = aux, {}
         try:
             out = self.model(input_ids=input_ids.to(self.device), past_key_values=cache,
-                             position_ids=positions.to(self.device), use_cache=True)
+                             position_ids=positions.to(self.device), use_cache=True, **extra)
         finally:
             self._capture = False
         feats = torch.cat([self._captured[i] for i in self.aux_layer_ids], dim=-1) if aux else None  # (B, T, 3H)

@@ -1,0 +1,241 @@
+"""Batched speculative decoding: B requests at once, each accepting its own number of drafts.
+
+``generate_batch(target, [prompt_ids, ...], method=..., drafter=..., k=...)`` runs the same
+algorithm as :func:`peagle_lab.engine.generate` for a whole batch, the way vLLM lays it out:
+
+1. **one target prefill** over the right-padded prompts (:class:`~peagle_lab.batch_cache.RaggedCache`);
+2. **drafting on vLLM's packed ragged layout**: the last target pass of every request (prompt,
+   or bonus + K drafts with ``num_rejected = K - n_r``) goes through
+   :func:`~peagle_lab.kernels.copy_and_expand_eagle_inputs`, then vLLM's companion steps
+   (scatter of target features by ``hidden_state_mapping``, ``torch.where`` fill of the mask slots
+   with ``fc(mask_hidden)``), then ONE drafter pass over all requests (P-EAGLE), or one context
+   pass plus K-1 one-token-per-request passes (EAGLE-3), against the drafter's pooled KV cache
+   (:class:`~peagle_lab.batch_cache.DraftPool`);
+3. **one target forward verifies every request** (``(B, K+1)`` tokens, per-row cache lengths);
+4. per row: accept ``n_r`` (greedy), commit ``1 + n_r`` slots, record, finish or go on. Finished
+   requests leave the batch (their rows and pool slots are dropped).
+
+Greedy only: every request's output equals what it would get alone, which equals plain AR
+decoding (tested). Sampling in a batch is not implemented -- use batch size 1 for T > 0.
+Method ``"ar"`` runs the batched AR baseline (one target forward per token for all rows).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from .batch_cache import DraftPool, RaggedCache
+from .drafter import Eagle3Drafter, check_compatible
+from .engine import METHODS, SpecResult, Step, StepTimes, _finish
+from .kernels import copy_and_expand_eagle_inputs
+from .kernels.batched import fill_mask_slots, request_attention_mask, scatter_hidden_states
+from .stats import AcceptanceStats
+from .verify import verify_greedy
+
+
+@dataclass
+class Packed:
+    """The target's last pass for the requests still running, packed the way vLLM's kernel reads it."""
+    req: torch.Tensor              # (R,) request ids (index in the original batch)
+    token_ids: torch.Tensor        # (N,) int32, all requests' query tokens back to back
+    positions: torch.Tensor        # (N,) position of each token
+    aux: torch.Tensor              # (N, 3H) target features at each token
+    query_start_loc: torch.Tensor  # (R+1,) int32
+    query_end_loc: torch.Tensor    # (R,) int32: index of each request's last accepted token
+    next_token_ids: torch.Tensor   # (R,) int32: the new bonus tokens
+
+
+@dataclass
+class BatchResult:
+    results: list[SpecResult]                               # one per request, in input order
+    seconds: float                                          # wall time of the whole batch
+    times: StepTimes = field(default_factory=StepTimes)
+    accepted: list[dict[int, int]] = field(default_factory=list)   # per step: {request: accepted drafts}
+
+    @property
+    def new_tokens(self) -> int:
+        return sum(len(r.tokens) for r in self.results)
+
+
+def _layout(drafter: Eagle3Drafter, ctx: Packed, slots: int):
+    """Kernel + companion steps: drafter ids, hidden, positions and the per-slot request ids."""
+    out = copy_and_expand_eagle_inputs(
+        target_token_ids=ctx.token_ids, target_positions=ctx.positions, next_token_ids=ctx.next_token_ids,
+        query_start_loc=ctx.query_start_loc, query_end_loc=ctx.query_end_loc, padding_token_id=0,
+        parallel_drafting_token_id=drafter.cfg.mask_token_id if slots > 1 else 0,
+        num_padding_slots_per_request=slots, shift_input_ids=True)
+    n_out = out.input_ids.numel()
+    hidden = scatter_hidden_states(drafter.project(ctx.aux), out.hidden_state_mapping, n_out)   # (T_out, H)
+    if slots > 1:
+        hidden = fill_mask_slots(hidden, out.is_masked_token_mask, drafter.projected_mask_hidden())
+    lens = ctx.query_start_loc[1:] - ctx.query_start_loc[:-1] + (slots - 1)                    # (R,) slots each
+    slot_req = torch.repeat_interleave(ctx.req, lens.long())                                   # (T_out,)
+    return out, hidden, slot_req
+
+
+def _pass(drafter, pool: DraftPool, ids, hidden, positions, slot_req, new_block):
+    """One drafter forward on the packed row against the pool; records the appended slots."""
+    mask = torch.cat([pool.visible(slot_req), new_block], dim=1)                                # (T, S+T)
+    prenorm, logits = drafter(ids.long()[None], hidden[None], pool.cache, positions=positions[None], attn_mask=mask)
+    pool.append(slot_req, positions)
+    return prenorm[0], logits[0]
+
+
+@torch.inference_mode()
+def draft_parallel_pooled(drafter: Eagle3Drafter, pool: DraftPool, ctx: Packed, k: int) -> torch.Tensor:
+    """P-EAGLE for the batch: one packed pass, K greedy drafts per request -> ``(R, K)`` target ids."""
+    if drafter.mask_hidden is None:
+        raise ValueError("parallel drafting needs a P-EAGLE drafter (mask token + mask_hidden); "
+                         "this one is sequential-only: use method 'eagle' or a P-EAGLE checkpoint")
+    out, hidden, slot_req = _layout(drafter, ctx, k)
+    start = pool.length
+    _, logits = _pass(drafter, pool, out.input_ids, hidden, out.positions, slot_req,
+                      request_attention_mask(ctx.query_start_loc, k, out.is_rejected_token_mask))
+    drafts = drafter.to_target_ids(logits[out.new_token_indices.long()].argmax(-1)).view(-1, k)
+    pool.commit(start, ~out.is_masked_token_mask & ~out.is_rejected_token_mask)   # context slots stay
+    return drafts
+
+
+@torch.inference_mode()
+def draft_sequential_pooled(drafter: Eagle3Drafter, pool: DraftPool, ctx: Packed, k: int) -> torch.Tensor:
+    """EAGLE-3 for the batch: a packed context pass (kernel with one slot each), then K-1 passes of
+    one token per request on the previous draft and the drafter's own pre-norm state."""
+    out, hidden, slot_req = _layout(drafter, ctx, 1)
+    start = pool.length
+    prenorm, logits = _pass(drafter, pool, out.input_ids, hidden, out.positions, slot_req,
+                            request_attention_mask(ctx.query_start_loc, 1, out.is_rejected_token_mask))
+    at = out.new_token_indices.long()                                     # (R,) each request's bonus slot
+    tok, h, pos = drafter.to_target_ids(logits[at].argmax(-1)), prenorm[at], out.positions[at]
+    pool.commit(start, ~out.is_rejected_token_mask)
+    committed, drafts = pool.length, [tok]
+    eye = torch.eye(ctx.req.numel(), dtype=torch.bool)
+    for _ in range(k - 1):
+        pos = pos + 1
+        h, logits = _pass(drafter, pool, tok, h, pos, ctx.req, eye)
+        tok = drafter.to_target_ids(logits.argmax(-1))
+        drafts.append(tok)
+    pool.truncate(committed)                                              # speculative slots go
+    return torch.stack(drafts, dim=1)                                     # (R, K)
+
+
+POOLED_DRAFTERS = {"eagle": draft_sequential_pooled, "peagle": draft_parallel_pooled}
+
+
+def _pad(rows: list[list[int]]) -> torch.Tensor:
+    width = max(len(r) for r in rows)
+    return torch.tensor([r + [0] * (width - len(r)) for r in rows])      # (B, width)
+
+
+@torch.inference_mode()
+def generate_batch(target, prompts: list[list[int]], *, method: str = "peagle", drafter: Eagle3Drafter | None = None,
+                   k: int = 5, max_new_tokens: int | list[int] = 128, temperature: float = 0.0,
+                   stop_at_eos: bool = True) -> BatchResult:
+    """Greedy generation for a batch of prompts (token id lists) with ``method`` ar / eagle / peagle."""
+    if method not in METHODS:
+        raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
+    if temperature > 0:
+        raise ValueError("batched decoding is greedy only (temperature 0); for sampling use batch size 1 "
+                         "(peagle_lab.engine.generate, or peagle-lab bench --batch-size 1)")
+    if not prompts or any(len(p) == 0 for p in prompts):
+        raise ValueError("generate_batch needs a non-empty list of non-empty prompts (token id lists)")
+    B = len(prompts)
+    budgets = [max_new_tokens] * B if isinstance(max_new_tokens, int) else list(max_new_tokens)
+    if len(budgets) != B or min(budgets) < 1:
+        raise ValueError(f"max_new_tokens must be an int >= 1 or one such int per prompt ({B}), got {max_new_tokens!r}")
+    spec = method != "ar"
+    if spec:
+        if drafter is None:
+            raise ValueError(f"method {method!r} needs a drafter (pass drafter=load_drafter(...))")
+        if k < 1:
+            raise ValueError("k (draft tokens per step) must be >= 1")
+        check_compatible(drafter, target, k if method == "peagle" else None)
+        if method == "peagle" and drafter.mask_hidden is None:
+            raise ValueError("parallel drafting needs a P-EAGLE drafter (mask token + mask_hidden); "
+                             "this one is sequential-only: use method 'eagle' or a P-EAGLE checkpoint")
+        draft_fn = POOLED_DRAFTERS[method]
+    eos = target.eos_token_ids if stop_at_eos else ()
+    stats = [AcceptanceStats(k) if spec else None for _ in range(B)]
+    steps: list[list[Step]] = [[] for _ in range(B)]
+    tokens: list[list[int]] = [[] for _ in range(B)]
+    finished_at = [0.0] * B
+    times, accepted_log = StepTimes(), []
+
+    t0 = time.perf_counter()
+    rows = RaggedCache(target, B)
+    pool = DraftPool(drafter) if spec else None
+    lens = torch.tensor([len(p) for p in prompts])
+    out = rows.forward(_pad(prompts), aux=spec)                                # logits (B, L, V)
+    rows.commit(lens)
+    bonus = out.logits[torch.arange(B), lens - 1].argmax(-1)                   # (B,)
+    live = []
+    for r in range(B):
+        tokens[r], done = _finish([int(bonus[r])], budgets[r], eos)
+        if done:
+            finished_at[r] = time.perf_counter() - t0
+        else:
+            live.append(r)
+    if spec and live:
+        qsl = torch.cat([torch.zeros(1, dtype=torch.long), lens[live].cumsum(0)]).to(torch.int32)
+        ctx = Packed(req=torch.tensor(live), token_ids=torch.cat([torch.tensor(prompts[r]) for r in live]).to(torch.int32),
+                     positions=torch.cat([torch.arange(len(prompts[r])) for r in live]),
+                     aux=torch.cat([out.aux[r, : len(prompts[r])] for r in live]).float(),
+                     query_start_loc=qsl, query_end_loc=qsl[1:] - 1, next_token_ids=bonus[live].to(torch.int32))
+    _drop(rows, pool, live, list(range(B)))
+    times.prefill = time.perf_counter() - t0
+    bonus = bonus[live]                                                        # (R,) for the rows still running
+
+    while live:
+        t1 = time.perf_counter()
+        drafts = draft_fn(drafter, pool, ctx, k) if spec else torch.zeros(len(live), 0, dtype=torch.long)  # (R, K)
+        t2 = time.perf_counter()
+        before = rows.lengths.clone()
+        verify_in = torch.cat([bonus[:, None], drafts], dim=1)                # (R, K+1)
+        out = rows.forward(verify_in, aux=spec)                               # logits (R, K+1, V)
+        decided = [verify_greedy(drafts[i], out.logits[i]) for i in range(len(live))]
+        n = torch.tensor([d[0] for d in decided])
+        bonus = torch.tensor([d[1] for d in decided])
+        rows.commit(1 + n)
+        t3 = time.perf_counter()
+        still, log = [], {}
+        for i, r in enumerate(live):
+            if spec:
+                stats[r].record(int(n[i]))
+                steps[r].append(Step(drafts[i].tolist(), int(n[i]), int(bonus[i])))
+                log[r] = int(n[i])
+            tokens[r], done = _finish(tokens[r] + drafts[i, : n[i]].tolist() + [int(bonus[i])], budgets[r], eos)
+            if done:
+                finished_at[r] = time.perf_counter() - t0
+            else:
+                still.append(i)
+        if spec:
+            accepted_log.append(log)
+            K1 = k + 1
+            keep = torch.tensor(still, dtype=torch.long)
+            qsl = (torch.arange(len(still) + 1) * K1).to(torch.int32)
+            ctx = Packed(req=torch.tensor([live[i] for i in still], dtype=torch.long),
+                         token_ids=verify_in[keep].flatten().to(torch.int32),
+                         positions=(before[keep][:, None] + torch.arange(K1)).flatten(),
+                         aux=out.aux[keep].reshape(-1, out.aux.shape[-1]).float(),
+                         query_start_loc=qsl, query_end_loc=qsl[:-1] + n[keep].to(torch.int32),
+                         next_token_ids=bonus[keep].to(torch.int32))
+        _drop(rows, pool, [live[i] for i in still], live)
+        live, bonus = [live[i] for i in still], bonus[still]
+        times.draft += t2 - t1
+        times.verify += t3 - t2
+        times.bookkeeping += time.perf_counter() - t3
+
+    seconds = time.perf_counter() - t0
+    results = [SpecResult(tokens=tokens[r], prompt_len=len(prompts[r]), seconds=finished_at[r], acceptance=stats[r],
+                          steps=steps[r]) for r in range(B)]
+    return BatchResult(results=results, seconds=seconds, times=times, accepted=accepted_log)
+
+
+def _drop(rows: RaggedCache, pool: DraftPool | None, still: list[int], live: list[int]) -> None:
+    """Finished requests leave the batch: their cache rows and drafter pool slots go."""
+    if len(still) == len(live) or not still:
+        return
+    rows.keep_rows(torch.tensor([live.index(r) for r in still]))
+    if pool is not None:
+        pool.keep_requests(torch.tensor(still))
