@@ -1,0 +1,23 @@
+"""The drafter-forward GPU benchmark runs end to end at tiny size on CPU, and its built-in check holds:
+slot 0 of the parallel pass and the first sequential pass give the single pass's logits."""
+import importlib.util
+import json
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_drafter_forward.py"
+
+
+def test_tiny_run_writes_rows_and_checks_hold(tmp_path):
+    spec = importlib.util.spec_from_file_location("bench_drafter_forward", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    out = tmp_path / "tiny.json"
+    mod.main(["--tiny", "--json", str(out)])
+    r = json.loads(out.read_text())
+    assert {"command", "date", "machine", "rows", "drafter"} <= set(r)
+    assert [(x["B"], x["K"]) for x in r["rows"]] == [(1, 2), (1, 3), (2, 2), (2, 3)]
+    for x in r["rows"]:
+        assert x["single_ms"] > 0 and x["parallel_ms"] > 0 and x["sequential_ms"] > 0
+        c = x["check"]
+        assert c["parallel_slot0_max_abs_diff"] <= 1e-5 * max(1.0, c["logit_scale"]), c
+        assert c["sequential_pass1_max_abs_diff"] <= 1e-5 * max(1.0, c["logit_scale"]), c
