@@ -3,7 +3,10 @@
 * :func:`acceptance_figure` -- bars per draft position (one trace per method/K), plotly;
 * :func:`acceptance_explorer` -- the same with dropdowns for method, K, prompt set, temperature;
 * :func:`token_stream_html` -- generated text coloured by accepted draft / bonus token, with the
-  rejected drafts struck through, so one can watch the drafter at work.
+  rejected drafts struck through, so one can watch the drafter at work;
+* :func:`step_view` / :func:`step_html` / :func:`step_explorer` -- one speculative step at a time
+  (its K drafts, which the target accepted, where it rejected, the token the target added), with
+  a slider and buttons to move through the steps of a generation.
 
 Rows are dicts as written by ``peagle-lab bench`` (``method``, ``k``,
 ``acceptance_per_position``), optionally with ``prompts`` and ``temperature``.
@@ -102,3 +105,99 @@ def time_split_figure(rows: list[dict], title: str = "Where a generation's time 
         fig.add_bar(x=labels, y=[r["time_split_s"][part] for r in rows], name=part)
     fig.update_layout(title=title, barmode="stack", yaxis_title="seconds", height=360, margin=dict(t=50, b=40))
     return fig
+
+
+# --- one speculative step at a time ---------------------------------------------------------------
+# Greedy and sampled verification both accept a prefix: drafts 1..n pass, draft n+1 is rejected,
+# and drafts after it are never looked at (they were conditioned on a rejected token). The target
+# then adds one token of its own: a *correction* in place of draft n+1, or a *bonus* after draft K
+# when all K passed. So one step yields n + 1 tokens.
+STEP_COLORS = {"accepted": "#c8f7c5", "rejected": "#f5b7b1", "discarded": "#e5e7e9",
+               "bonus": "#cfe2ff", "correction": "#cfe2ff"}
+
+
+def step_view(result, index: int) -> dict:
+    """What step ``index`` (0-based) of a speculative generation did, from its recorded ``Step``.
+
+    Returns ``{"index", "num_steps", "k", "drafts", "verdicts", "accepted", "next_token",
+    "next_kind", "start", "yielded"}``: ``verdicts[i]`` is ``"accepted"``, ``"rejected"`` or
+    ``"discarded"`` for draft position i+1; ``next_kind`` is ``"bonus"`` or ``"correction"``;
+    ``start`` is where the step's tokens begin in ``result.tokens`` and ``yielded`` the tokens it
+    added there (accepted drafts + the target's token; the last step may be cut by the token
+    budget or EOS)::
+
+        >>> from peagle_lab.engine import SpecResult, Step
+        >>> r = SpecResult(tokens=[7, 1, 2, 9], prompt_len=3, seconds=0.0, steps=[Step([1, 2, 3], 2, 9)])
+        >>> v = step_view(r, 0)
+        >>> v["verdicts"], v["next_kind"], v["yielded"]
+        (['accepted', 'accepted', 'rejected'], 'correction', [1, 2, 9])
+    """
+    steps = result.steps
+    if not steps:
+        raise ValueError("this result has no speculative steps (method 'ar', or it stopped after prefill)")
+    if not 0 <= index < len(steps):
+        raise IndexError(f"step {index} out of range: this generation has {len(steps)} steps (0..{len(steps) - 1})")
+    start = 1 + sum(s.accepted + 1 for s in steps[:index])  # tokens[0] came from prefill
+    step = steps[index]
+    k, n = len(step.drafts), step.accepted
+    verdicts = ["accepted"] * n + (["rejected"] if n < k else []) + ["discarded"] * max(0, k - n - 1)
+    yielded = (step.drafts[:n] + [step.next_token])[: max(0, len(result.tokens) - start)]
+    return {"index": index, "num_steps": len(steps), "k": k, "drafts": list(step.drafts), "verdicts": verdicts,
+            "accepted": n, "next_token": step.next_token, "next_kind": "bonus" if n == k else "correction",
+            "start": start, "yielded": yielded}
+
+
+def step_html(result, decode, index: int, context_tokens: int = 24) -> str:
+    """HTML for step ``index``: the text so far, then one cell per draft position and the target's token.
+
+    Every cell carries ``data-role`` (accepted / rejected / discarded / bonus / correction) and
+    ``data-token`` (the token id), so tests and scripts can read what is shown.
+    """
+    v = step_view(result, index)
+
+    def text(ids):
+        return html.escape(decode(ids)).replace("\n", "&#8629;") or "&nbsp;"
+
+    def cell(role, token, head):
+        strike = ";text-decoration:line-through" if role in ("rejected", "discarded") else ""
+        return (f'<td data-role="{role}" data-token="{token}" style="background:{STEP_COLORS[role]};'
+                f'padding:4px 8px;border:1px solid #fff;text-align:center">'
+                f'<div style="font-size:75%;color:#555">{head}</div>'
+                f'<div style="font-family:monospace{strike}">{text([token])}</div>'
+                f'<div style="font-size:75%;color:#555">{role}</div></td>')
+
+    cells = [cell(role, tok, f"draft {i + 1}") for i, (tok, role) in enumerate(zip(v["drafts"], v["verdicts"]))]
+    cells.append(cell(v["next_kind"], v["next_token"], "target"))
+    before = result.tokens[max(0, v["start"] - context_tokens): v["start"]]
+    n = v["accepted"]
+    why = ("all accepted, so the target adds a bonus token" if v["next_kind"] == "bonus"
+           else f"draft {n + 1} rejected, the target puts its own token there")
+    summary = f'step {index + 1} of {v["num_steps"]}: accepted {n} of {v["k"]} drafts; {why}; {n + 1} tokens this step'
+    return (f'<div class="peagle-step" data-step="{index}">'
+            f'<div style="font-size:90%;margin-bottom:4px"><b>{summary}</b></div>'
+            f'<div style="font-family:monospace;color:#555;margin-bottom:4px">...{text(before)}</div>'
+            f'<table style="border-collapse:collapse"><tr>{"".join(cells)}</tr></table></div>')
+
+
+def step_explorer(result, decode):
+    """Slider + previous/next buttons over the steps of one speculative generation (see :func:`step_html`)."""
+    import ipywidgets as W
+
+    num = len(result.steps)
+    step_view(result, 0)  # raises a clear error for a result without steps
+    slider = W.IntSlider(value=1, min=1, max=num, description="step", continuous_update=True)
+    prev = W.Button(description="previous", icon="arrow-left", layout=W.Layout(width="110px"))
+    nxt = W.Button(description="next", icon="arrow-right", layout=W.Layout(width="110px"))
+    view = W.HTML()
+
+    def show(*_):
+        view.value = step_html(result, decode, slider.value - 1)
+        prev.disabled, nxt.disabled = slider.value == 1, slider.value == num
+
+    prev.on_click(lambda _: setattr(slider, "value", max(1, slider.value - 1)))
+    nxt.on_click(lambda _: setattr(slider, "value", min(num, slider.value + 1)))
+    slider.observe(show, names="value")
+    show()
+    box = W.VBox([W.HBox([prev, slider, nxt]), view])
+    box.slider, box.view, box.prev, box.next = slider, view, prev, nxt  # handles for tests and readers
+    return box

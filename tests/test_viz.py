@@ -1,0 +1,119 @@
+"""The widgets show what the engine recorded: the step view against the Step records and the output."""
+from html.parser import HTMLParser
+
+import pytest
+
+from helpers import random_drafter, tiny_target
+from peagle_lab.engine import SpecResult, Step, generate
+from peagle_lab.viz import acceptance_figure, step_explorer, step_html, step_view
+
+
+def decode(ids):
+    return "".join(f"<{i}>" for i in ids)
+
+
+class _Cells(HTMLParser):
+    """Collects (data-role, data-token, shown text) of every table cell in step_html's output."""
+
+    def __init__(self):
+        super().__init__()
+        self.cells, self._depth, self.summary = [], 0, ""
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if tag == "td":
+            self.cells.append({"role": attrs["data-role"], "token": int(attrs["data-token"]), "text": []})
+            self._depth = 1
+        elif tag == "b":
+            self._depth = -1
+
+    def handle_endtag(self, tag):
+        if tag in ("td", "b"):
+            self._depth = 0
+
+    def handle_data(self, data):
+        if self._depth == 1:
+            self.cells[-1]["text"].append(data)
+        elif self._depth == -1:
+            self.summary += data
+
+
+def parse(html):
+    p = _Cells()
+    p.feed(html)
+    return p
+
+
+@pytest.fixture(scope="module")
+def spec():
+    """A real sampled generation with the engine: a two-token target and a random drafter, so every
+    accept count 0..K occurs (K = all accepted, a bonus step)."""
+    tgt = tiny_target(vocab=2, seed=0)
+    drafter = random_drafter(tgt, parallel=False, seed=1)
+    out = generate(tgt, [1, 0, 1, 0], method="eagle", drafter=drafter, k=3, max_new_tokens=30, temperature=1.0,
+                   seed=0, stop_at_eos=False)
+    assert {s.accepted for s in out.steps} == {0, 1, 2, 3}, [s.accepted for s in out.steps]
+    return out
+
+
+def test_step_view_follows_the_records_and_rebuilds_the_output(spec):
+    rebuilt = [spec.tokens[0]]
+    for i, step in enumerate(spec.steps):
+        v = step_view(spec, i)
+        assert v["drafts"] == step.drafts and v["accepted"] == step.accepted and v["next_token"] == step.next_token
+        n, k = step.accepted, len(step.drafts)
+        assert v["verdicts"][:n] == ["accepted"] * n and len(v["verdicts"]) == k
+        if n < k:
+            assert v["verdicts"][n] == "rejected" and set(v["verdicts"][n + 1:]) <= {"discarded"}
+        assert v["next_kind"] == ("bonus" if n == k else "correction")
+        assert v["start"] == len(rebuilt)
+        rebuilt += v["yielded"]
+    # the steps' accepted drafts + target tokens are exactly the generated text, in order
+    assert rebuilt == spec.tokens
+
+
+def test_step_html_shows_each_cell_as_recorded(spec):
+    for i, step in enumerate(spec.steps):
+        v = step_view(spec, i)
+        page = parse(step_html(spec, decode, i))
+        assert [c["role"] for c in page.cells] == v["verdicts"] + [v["next_kind"]]
+        assert [c["token"] for c in page.cells] == step.drafts + [step.next_token]
+        for c in page.cells:  # each cell shows its position, the decoded token and its verdict
+            assert decode([c["token"]]) in c["text"] and c["role"] in c["text"]
+        assert f"step {i + 1} of {len(spec.steps)}: accepted {step.accepted} of {len(step.drafts)}" in page.summary
+
+
+def test_bonus_when_all_accepted_and_clear_errors():
+    r = SpecResult(tokens=[5, 1, 2, 3, 9], prompt_len=2, seconds=0.0, steps=[Step([1, 2, 3], 3, 9)])
+    page = parse(step_html(r, decode, 0))
+    assert [c["role"] for c in page.cells] == ["accepted"] * 3 + ["bonus"]
+    assert "bonus" in page.summary and "4 tokens this step" in page.summary
+    with pytest.raises(IndexError, match="1 steps"):
+        step_view(r, 1)
+    with pytest.raises(ValueError, match="no speculative steps"):
+        step_view(SpecResult(tokens=[5], prompt_len=2, seconds=0.0), 0)
+
+
+def test_step_explorer_slider_and_buttons(spec):
+    w = step_explorer(spec, decode)
+    num = len(spec.steps)
+    assert (w.slider.min, w.slider.max, w.slider.value) == (1, num, 1)
+    assert w.view.value == step_html(spec, decode, 0) and w.prev.disabled and not w.next.disabled
+    w.next.click()
+    assert w.slider.value == 2 and w.view.value == step_html(spec, decode, 1)
+    w.slider.value = num
+    assert w.view.value == step_html(spec, decode, num - 1) and w.next.disabled
+    w.next.click()  # stays on the last step
+    assert w.slider.value == num
+    w.prev.click()
+    assert w.view.value == step_html(spec, decode, num - 2)
+
+
+def test_acceptance_figure_has_k_bars_with_the_stats_heights(spec):
+    stats = spec.acceptance
+    fig = acceptance_figure([dict(method="eagle", k=3, acceptance_per_position=stats.per_position,
+                                  acceptance_length=stats.acceptance_length)])
+    (bars,) = fig.data
+    assert list(bars.x) == [1, 2, 3] and list(bars.y) == stats.per_position
+    counts = [sum(s.accepted > i for s in spec.steps) / len(spec.steps) for i in range(3)]
+    assert list(bars.y) == counts
