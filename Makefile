@@ -17,8 +17,9 @@ test: setup
 tour: setup
 	PEAGLE_SMOKE=$${PEAGLE_SMOKE:-1} $(PY) -m peagle_lab.tour notebooks build
 
+# As root (containers, cloud shells) Jupyter refuses to start without --allow-root.
 lab: setup
-	$(PY) -m jupyter lab notebooks
+	$(PY) -m jupyter lab $$([ "$$(id -u)" = 0 ] && echo --allow-root) notebooks
 
 clean:
 	rm -rf build .pytest_cache
