@@ -172,7 +172,7 @@ def step_html(result, decode, index: int, context_tokens: int = 24) -> str:
     n = v["accepted"]
     why = ("all accepted, so the target adds a bonus token" if v["next_kind"] == "bonus"
            else f"draft {n + 1} rejected, the target puts its own token there")
-    summary = f'step {index + 1} of {v["num_steps"]}: accepted {n} of {v["k"]} drafts; {why}; {n + 1} tokens this step'
+    summary = f'step {index + 1} of {v["num_steps"]}: accepted {n} of {v["k"]} drafts; {why}; {n + 1} token{"s" if n else ""} this step'
     return (f'<div class="peagle-step" data-step="{index}">'
             f'<div style="font-size:90%;margin-bottom:4px"><b>{summary}</b></div>'
             f'<div style="font-family:monospace;color:#555;margin-bottom:4px">...{text(before)}</div>'

@@ -1,15 +1,17 @@
 """What a person sees: the acceptance widget in JupyterLab, in a real Chromium.
 
 Starts JupyterLab headless on 127.0.0.1 (free port, random token) over a small notebook that runs
-the real engine (embedded target, shipped drafters, K = 3 and 5) and shows
-``viz.acceptance_explorer``; opens it in Debian's Chromium through Playwright, runs all cells from
-the Run menu and reads the rendered plotly graph back from the page:
+the real engine (embedded target, shipped drafters, K = 3 and 5) and shows ``viz.acceptance_explorer``
+and ``viz.step_explorer``; opens it in Debian's Chromium through Playwright, runs all cells from the
+Run menu and reads back from the page what it draws:
 
 * K bars per method, whose data (``gd.data``) and drawn pixel heights equal the library's
   per-position acceptance (the notebook saves the rows it plotted to ``rows.json``);
-* after picking another K in the widget's dropdown, a re-render with the new number of bars.
+* after picking another K in the widget's dropdown, a re-render with the new number of bars;
+* the step-by-step view (``viz.step_explorer``) showing the engine's recorded steps, before and
+  after its "next" button.
 
-Screenshots go to ``build/acceptance_widget*.png`` (docs/acceptance_widget.png is one of them).
+Screenshots go to ``build/`` (docs/acceptance_widget.png is ``build/acceptance_widget.png``).
 Outside CI the test skips when Chromium or Playwright is absent; with ``CI=true`` it fails
 instead, because ``.ci/run`` installs both.
 """
@@ -57,12 +59,16 @@ rows = []
 for method in ("eagle", "peagle"):
     drafter, _ = drafter_for(target, method)
     for k in {KS!r}:
-        st = generate(target, ids, method=method, drafter=drafter, k=k, max_new_tokens=24).acceptance
+        last = generate(target, ids, method=method, drafter=drafter, k=k, max_new_tokens=24)
+        st = last.acceptance
         rows.append(dict(method=method, k=k, prompts="mt-bench", temperature=0.0,
                          acceptance_length=st.acceptance_length, acceptance_per_position=st.per_position))
-json.dump(rows, open("rows.json", "w"))""",
+json.dump(rows, open("rows.json", "w"))
+json.dump([vars(s) for s in last.steps], open("steps.json", "w"))""",
     """from peagle_lab.viz import acceptance_explorer
 acceptance_explorer(rows)""",
+    """from peagle_lab.viz import step_explorer
+step_explorer(last, target.decode)""",
 ]
 
 # Every plotly graph on the page: its data, and the pixel height of every drawn bar per trace.
@@ -165,6 +171,18 @@ def _check_bars(plot: dict, rows: list[dict], k: int) -> None:
     assert sorted(text.split(" ")[0] for text in plot["legend"]) == sorted(expected)
 
 
+def _check_step(page, step: dict, index: int) -> None:
+    """The step view shows the recorded step: K drafts with their verdicts, then the target's token."""
+    n, k = step["accepted"], len(step["drafts"])
+    roles = ["accepted"] * n + ["rejected"] * (n < k) + ["discarded"] * max(0, k - n - 1)
+    roles.append("bonus" if n == k else "correction")
+    view = page.locator(f'.peagle-step[data-step="{index}"]')
+    view.wait_for()
+    cells = view.locator("td").evaluate_all("tds => tds.map(td => [td.dataset.role, +td.dataset.token])")
+    assert cells == [list(c) for c in zip(roles, step["drafts"] + [step["next_token"]])], (index, cells, step)
+    assert f"step {index + 1} of" in view.inner_text()
+
+
 def test_acceptance_widget_in_chromium(sync_playwright, lab):
     url, work = lab
     shots = REPO / "build"
@@ -206,8 +224,18 @@ def test_acceptance_widget_in_chromium(sync_playwright, lab):
             (plot,) = page.evaluate(READ_PLOTS)
             _check_bars(plot, rows, KS[1])
             widget.screenshot(path=str(shots / "acceptance_widget.png"))
-            phases["K changed, checked"] = time.monotonic() - t0
+
+            # The step-by-step view under it: the recorded steps, moved through with the buttons.
+            steps = json.loads((work / "steps.json").read_text())
+            _check_step(page, steps[0], 0)
+            if len(steps) > 1:
+                page.get_by_role("button", name="next").click()
+                _check_step(page, steps[1], 1)
+            page.locator(".jp-Cell", has=page.locator(".peagle-step")).locator(".jp-Cell-outputWrapper") \
+                .screenshot(path=str(shots / "step_explorer.png"))
+            phases["step view checked"] = time.monotonic() - t0
             print("browser phases (s since page open):", {k: round(v, 1) for k, v in phases.items()})
+            phases["K changed, checked"] = time.monotonic() - t0
         except Exception:
             page.screenshot(path=str(shots / "acceptance_widget_failure.png"))  # what the browser showed
             (shots / "acceptance_widget_failure.html").write_text(page.content())
