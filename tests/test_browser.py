@@ -197,8 +197,8 @@ def test_acceptance_widget_in_chromium(sync_playwright, lab):
             page.goto(url)
             page.locator(".jp-Notebook .jp-Cell").first.wait_for()
             # Wait for the notebook's kernel: "Run All" before it is connected asks for a kernel.
-            page.wait_for_function("() => (document.querySelector('#jp-main-statusbar') || {}).innerText"
-                                   "?.includes('Idle')")
+            page.wait_for_function("() => /Python 3 \\(ipykernel\\)[\\s|]*Idle/.test("
+                                   "(document.querySelector('#jp-main-statusbar') || {}).innerText)")
             phases["lab loaded"] = time.monotonic() - t0
             # Run > Run All Cells, as a reader would.
             page.get_by_role("menuitem", name="Run", exact=True).click()
