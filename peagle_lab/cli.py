@@ -60,7 +60,8 @@ def cmd_bench(args) -> int:
 
     result = run_bench(methods=args.methods, ks=args.k, prompts=args.prompts, num_prompts=args.num_prompts,
                        max_new_tokens=args.max_new_tokens, temperature=args.temperature, target_name=args.target,
-                       eagle_drafter=args.eagle_drafter, peagle_drafter=args.peagle_drafter, seed=args.seed)
+                       eagle_drafter=args.eagle_drafter, peagle_drafter=args.peagle_drafter, seed=args.seed,
+                       batch_sizes=args.batch_size)
     result["command"] = "peagle-lab " + " ".join(args.argv)
     result["info"] = collect(count_prompts=False)
     write_json(result, args.json)
@@ -201,6 +202,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--peagle-drafter", default=None)
     s.add_argument("--target", default=None)
     s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--batch-size", type=_ints, default=[1],
+                   help="requests decoded together (greedy only), e.g. 1,4; tokens/s counts all of them")
     s.add_argument("--json", default=None, help="also write the result to this file")
     s.set_defaults(fn=cmd_bench)
 
