@@ -20,9 +20,11 @@ def random_drafter(target, *, parallel: bool, num_layers: int = 1, draft_vocab_s
     return d.eval()
 
 
-def tiny_target(vocab: int = 8, seed: int = 0, logit_scale: float = 1.0) -> Target:
+def tiny_target(vocab: int = 8, seed: int = 0, logit_scale: float = 1.0, head_dim: int = 8) -> Target:
+    heads = 32 // head_dim                       # hidden 32; compiled flex attention needs head_dim >= 16
     cfg = LlamaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=5,
-                      num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=64,
+                      num_attention_heads=heads, num_key_value_heads=max(1, heads // 2), head_dim=head_dim,
+                      max_position_embeddings=64,
                       tie_word_embeddings=False, eos_token_id=None, bos_token_id=None, pad_token_id=None)
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)

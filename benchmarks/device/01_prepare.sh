@@ -5,7 +5,7 @@
 # Carry: parts/gguf.part-00 parts/wheels
 set -uxo pipefail
 mkdir -p /tmp/pk && cp parts/gguf.part-00 /tmp/pk/
-pip install -q --no-deps parts/wheels/*.whl
+python -m pip install -q --no-deps parts/wheels/*.whl   # the python that runs the code (plain pip is another one there)
 nvidia-smi --query-gpu=name,memory.total --format=csv
 export PYTHONPATH=. PYTHONUNBUFFERED=1
 python -m pytest -q -p no:cacheprovider tests/test_partition.py -k "cuda or flex" 2>&1 | tee "$OUT/flex_cuda_tests.log"

@@ -162,7 +162,7 @@ def partition(el: Elements, seq_len: int, num_segments: int) -> list[Segment]:
     """Split elements into ``num_segments`` segments by position (Algorithm 1)."""
     if num_segments < 1:
         raise ValueError("num_segments must be >= 1")
-    bounds = torch.linspace(0, seq_len, num_segments + 1).round().long()
+    bounds = torch.linspace(0, seq_len, num_segments + 1).round().long().to(el.anchor.device)
     home_pos = torch.where(el.depth == 0, el.anchor, el.anchor + 1)   # depth >= 1 follow (a, 1)
     seg = torch.bucketize(home_pos, bounds[1:-1], right=True)        # (E,)
     segments = []

@@ -63,7 +63,14 @@ def _forward_parallel(drafter: Eagle3Drafter, el: Elements, data: SeqData, atten
 
 
 def _forward_sequential(drafter: Eagle3Drafter, el: Elements, data: SeqData, attention: str = "dense") -> torch.Tensor:
-    """EAGLE-3 training-time test: depth by depth, each reading the previous depth's own output."""
+    """EAGLE-3 training-time test: depth by depth, each reading the previous depth's own output.
+
+    "auto" attention means dense here: each depth has its own (queries, keys) shape, and compiling
+    flex attention for all of them stalled the first step for over 7 minutes on an H200
+    (2026-12-01); the per-depth masks are also far smaller than P-EAGLE's single one.
+    """
+    if attention == "auto":
+        attention = "dense"
     cache = DrafterCache(drafter.cfg.num_layers)
     seen: Elements | None = None
     prev_anchor = prev_out = None
