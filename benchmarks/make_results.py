@@ -7,8 +7,47 @@ from pathlib import Path
 HERE = Path(__file__).parent
 
 
+def batched_bench_section(path: Path, r: dict) -> list[str]:
+    """A `peagle-lab bench --batch-size 1,B` run: every row with its batch size; ratios at equal batch size."""
+    s, info = r["settings"], r.get("info", {})
+    lines = [f"## `{path.name}`", "",
+             f"- date: {r['date']}; machine: {r['machine']} ({info.get('device', {}).get('cpu_count', '?')} CPUs, "
+             f"torch {info.get('versions', {}).get('torch', '?')})",
+             f"- command: `{r.get('command', '?')}`",
+             f"- prompts: {s['prompts']}, first {s['num_prompts']}, max_new_tokens {s['max_new_tokens']}, "
+             f"temperature {s['temperature']}, batch sizes {s.get('batch_size')}; tokens/s = all requests' tokens / wall time", "",
+             "| method | K | batch | tokens/s | x AR (same batch) | x batch 1 | AL | acceptance per position | identical to AR |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    res = r["results"]
+    ar = {x["batch_size"]: x["tokens_per_s"] for x in res if x["method"] == "ar"}
+    one = {(x["method"], x["k"]): x["tokens_per_s"] for x in res if x["batch_size"] == 1}
+    for x in res:
+        b = x["batch_size"]
+        vs_ar = f"{x['tokens_per_s'] / ar[b]:.2f}" if b in ar else "-"
+        vs_one = f"{x['tokens_per_s'] / one[(x['method'], x['k'])]:.2f}" if (x["method"], x["k"]) in one else "-"
+        al = f"{x['acceptance_length']:.2f}" if x["acceptance_length"] else "-"
+        pp = ", ".join(f"{a:.2f}" for a in x["acceptance_per_position"]) if x["acceptance_per_position"] else "-"
+        lines.append(f"| {x['method']} | {x['k'] or '-'} | {b} | {x['tokens_per_s']:.1f} | {vs_ar} | {vs_one} | {al} | {pp} | "
+                     f"{x['identical_to_ar']} |")
+    lines.append("")
+    for b in sorted({x["batch_size"] for x in res}):
+        best = {}
+        for x in res:
+            if x["batch_size"] == b and x["method"] in ("eagle", "peagle"):
+                if x["method"] not in best or x["tokens_per_s"] > best[x["method"]]["tokens_per_s"]:
+                    best[x["method"]] = x
+        if len(best) == 2:
+            e, p = best["eagle"], best["peagle"]
+            lines.append(f"- batch {b}: best P-EAGLE (K={p['k']}) / best EAGLE (K={e['k']}): "
+                         f"**{p['tokens_per_s'] / e['tokens_per_s']:.2f}x**"
+                         + (f"; best P-EAGLE / AR: {p['tokens_per_s'] / ar[b]:.2f}x" if b in ar else ""))
+    return lines + [""]
+
+
 def bench_section(path: Path, r: dict) -> list[str]:
     s = r["settings"]
+    if any(x.get("batch_size", 1) > 1 for x in r["results"]):
+        return batched_bench_section(path, r)
     lines = [f"## `{path.name}`", "",
              f"- date: {r['date']}; machine: {r['machine']} ({r.get('info', {}).get('device', {}).get('cpu_count', '?')} CPUs, "
              f"torch {r.get('info', {}).get('versions', {}).get('torch', '?')})",
@@ -39,11 +78,123 @@ def bench_section(path: Path, r: dict) -> list[str]:
     return lines + [""]
 
 
+def _f(x, fmt=".2f"):
+    return "-" if x is None else format(x, fmt)
+
+
+def vllm_section(path: Path, r: dict) -> list[str]:
+    """A `peagle-lab vllm-bench` sweep: best K per concurrency (ratios vs none), then every run."""
+    from peagle_lab.serving.bench import best_by_concurrency
+
+    s, info = r["settings"], r.get("info", {})
+    lines = [f"## `{path.name}`", "",
+             f"- date: {r['date']}; machine: {r['machine']} ({info.get('device', {}).get('cpu_count', '?')} CPUs); "
+             f"engine: {r.get('vllm_version')}, dtype {s['dtype']}, enforce_eager {s['enforce_eager']}",
+             f"- command: `{r.get('command', '?')}`",
+             f"- prompts: {s['prompts']}, first {s['num_prompts']}, max_new_tokens {s['max_new_tokens']}, "
+             f"temperature {s['temperature']}; load from `vllm bench serve`, acceptance from vLLM's /metrics", ""]
+    lines += [f"- {note}" for note in r.get("notes", [])] + ([""] if r.get("notes") else [])
+    lines += ["Best K per concurrency (tokens/s; x none = ratio to no speculation at the same concurrency):", "",
+              "| concurrency | none | best EAGLE-3 (K) | x none | best P-EAGLE (K) | x none | P-EAGLE / EAGLE-3 |",
+              "|---|---|---|---|---|---|---|"]
+    for b in best_by_concurrency(r["results"]):
+        e = f"{_f(b.get('eagle'), '.1f')} (K={b['eagle_k']})" if "eagle" in b else "-"
+        p = f"{_f(b.get('peagle'), '.1f')} (K={b['peagle_k']})" if "peagle" in b else "-"
+        lines.append(f"| {b['concurrency']} | {_f(b['none'], '.1f')} | {e} | {_f(b.get('eagle_x_none'))} | {p} | "
+                     f"{_f(b.get('peagle_x_none'))} | {_f(b.get('peagle_x_eagle'))} |")
+    lines += ["", "Every run:", "",
+              "| method | K | concurrency | tokens/s | x none | AL | acceptance per position | identical to none |",
+              "|---|---|---|---|---|---|---|---|"]
+    base = {x["concurrency"]: x["tokens_per_s"] for x in r["results"] if x["method"] == "none"}
+    for x in r["results"]:
+        ratio = x["tokens_per_s"] / base[x["concurrency"]] if x["concurrency"] in base else None
+        pp = ", ".join(f"{a:.2f}" for a in x["acceptance_per_position"]) if x["acceptance_per_position"] else "-"
+        lines.append(f"| {x['method']} | {x['k'] or '-'} | {x['concurrency']} | {x['tokens_per_s']:.1f} | {_f(ratio)} | "
+                     f"{_f(x['acceptance_length'])} | {pp} | {x['identical_to_ar']} |")
+    return lines + [""]
+
+
+def knobs_section(path: Path, r: dict) -> list[str]:
+    """The same small vllm-bench run under several server settings (threads, compilation)."""
+    lines = [f"## `{path.name}`", "", f"- date: {r['date']}; machine: {r['machine']}", f"- {r['what']}",
+             f"- command: `{r['command']}`", ""]
+    lines += [f"- {note}" for note in r.get("notes", [])] + ([""] if r.get("notes") else [])
+    lines += [f"- `{name}`: {v['setting']}" for name, v in r["variants"].items()] + [""]
+    lines += ["| variant | method | K | concurrency | tokens/s | x none | AL | server start s |",
+              "|---|---|---|---|---|---|---|---|"]
+    for name, v in r["variants"].items():
+        base = {x["concurrency"]: x["tokens_per_s"] for x in v["results"] if x["method"] == "none"}
+        for x in v["results"]:
+            ratio = x["tokens_per_s"] / base[x["concurrency"]] if x["concurrency"] in base else None
+            lines.append(f"| {name} | {x['method']} | {x['k'] or '-'} | {x['concurrency']} | "
+                         f"{x['tokens_per_s']:.1f} | {_f(ratio)} | {_f(x['acceptance_length'])} | "
+                         f"{_f(v.get('server_start_s', {}).get(x['method']), '.0f')} |")
+    return lines + [""]
+
+
+def kernel_section(path: Path, r: dict) -> list[str]:
+    """`benchmarks/bench_kernel.py`: fused Triton kernel vs the torch reference vs an empty launch."""
+    lines = [f"## `{path.name}`", "", f"- date: {r['date']}; device: {r.get('device')}; torch {r.get('torch')}, triton {r.get('triton')}",
+             f"- command: `{r['command']}` (medians of `triton.testing.do_bench`)", "",
+             "| requests | K | with a 512-token prefill | Triton (launcher) us | torch reference us | empty launch us | x faster than torch | x launch floor |",
+             "|---|---|---|---|---|---|---|---|"]
+    for x in r["rows"]:
+        lines.append(f"| {x['num_reqs']} | {x['k']} | {x['with_prefill']} | {1000 * x['triton_ms']:.1f} | {1000 * x['torch_ref_ms']:.1f} | "
+                     f"{1000 * x['empty_launch_ms']:.1f} | {x['speedup_vs_torch']:.0f} | {x['x_launch_floor']:.1f} |")
+    return lines + [""]
+
+
+def memory_section(path: Path, r: dict) -> list[str]:
+    """`benchmarks/bench_train_memory.py`: P-EAGLE training at 8B scale, single pass vs partitioned."""
+    d = r["drafter"]
+    lines = [f"## `{path.name}`", "", f"- date: {r['date']}; device: {r['machine']}; torch {r.get('torch')}; {r.get('dtype')}",
+             f"- command: `{r['command']}`",
+             f"- drafter: hidden {d['hidden_size']}, {d['num_layers']} layers, {d['num_heads']} heads / {d['num_kv_heads']} KV, "
+             f"MLP {d['intermediate_size']}, vocab {d['vocab_size']}, draft vocab {d['draft_vocab_size']} "
+             f"({r['weights_gib']:.1f} GiB of weights); COD to depth 8, keep ratio 0.7; one forward + backward", "",
+             "| tokens | elements | attention | segments | peak GiB | above weights+data GiB | x single-pass | step s |",
+             "|---|---|---|---|---|---|---|---|"]
+    single = {(x["tokens"], x["attention"]): x for x in r["rows"] if x["segments"] == 1}
+    for x in r["rows"]:
+        if not x["ok"]:
+            lines.append(f"| {x['tokens']} | {x['elements']} | {x['attention']} | {x['segments']} | out of memory | - | - | - |")
+            continue
+        one = single.get((x["tokens"], x["attention"]))
+        ratio = f"{x['peak_above_start_gib'] / one['peak_above_start_gib']:.2f}" if one and one["ok"] else "single pass OOM"
+        lines.append(f"| {x['tokens']} | {x['elements']} | {x['attention']} | {x['segments']} | {x['peak_gib']:.1f} | "
+                     f"{x['peak_above_start_gib']:.1f} | {ratio} | {x['step_s']:.2f} |")
+    return lines + [""]
+
+
+def train_run_section(path: Path, r: dict) -> list[str]:
+    """A shipped-drafter training run on the device (commands, steps, final per-depth accuracy)."""
+    lines = [f"## `{path.name}`", "", f"- date: {r['date']}; machine: {r['machine']}", f"- data: {r['data']['source']}", ""]
+    for run in r["runs"]:
+        acc = ", ".join(f"{a:.2f}" for a in run["final_acc_per_depth"])
+        lines += [f"### {run['method']}", "", f"- command: `{run['command']}`",
+                  f"- attention {run['attention']}; {run['seconds_per_step']} s/step; exported at step {run['exported_step']} "
+                  f"({run['conversations_seen']} conversations, {run['epochs']} epochs); last-batch loss {run['final_train_loss']:.3f}; "
+                  f"top-1 agreement with the target per depth: {acc}", f"- {run['note']}", ""]
+    return lines
+
+
+SECTIONS = {"kernel_": kernel_section, "train_memory_": memory_section}
+
+
 def main() -> None:
     out = ["# Benchmark results", "", "Generated by `python benchmarks/make_results.py` from `benchmarks/results/*.json`.", ""]
     for path in sorted((HERE / "results").glob("*.json")):
         r = json.loads(path.read_text())
-        if "results" in r and "settings" in r:
+        special = next((fn for prefix, fn in SECTIONS.items() if path.name.startswith(prefix)), None)
+        if special:
+            out += special(path, r)
+        elif "runs" in r and "data" in r:
+            out += train_run_section(path, r)
+        elif "variants" in r:
+            out += knobs_section(path, r)
+        elif r.get("engine") == "vllm" and "results" in r:
+            out += vllm_section(path, r)
+        elif "results" in r and "settings" in r:
             out += bench_section(path, r)
         else:
             out += [f"## `{path.name}`", "", f"- date: {r.get('date')}; machine: {r.get('machine')}", f"- {r.get('what', '')}",
