@@ -18,11 +18,33 @@ from __future__ import annotations
 
 import os
 
-import torch  # noqa: F401  (used by the doctest above)
+import torch
 
-from .reference import EagleInputs, copy_and_expand_eagle_inputs_torch, empty_outputs
+from .reference import EagleInputs, copy_and_expand_eagle_inputs_torch, output_length
 
 BLOCK = 128
+
+
+def _kernel_outputs(n_in: int, num_reqs: int, k: int, shift: bool, device) -> EagleInputs:
+    """Outputs the kernel overwrites completely: ``torch.empty`` (no fill kernels before the launch).
+
+    ``hidden_state_mapping`` is only written with shift, so without shift it is zeroed as the
+    reference does. ``PEAGLE_KERNEL_POISON=1`` fills everything with garbage first, so the tests
+    prove that the kernel writes every slot.
+    """
+    n_out = output_length(n_in, num_reqs, k, shift)
+    out = EagleInputs(
+        input_ids=torch.empty(n_out, dtype=torch.int32, device=device),
+        positions=torch.empty(n_out, dtype=torch.int64, device=device),
+        is_rejected_token_mask=torch.empty(n_out, dtype=torch.bool, device=device),
+        is_masked_token_mask=torch.empty(n_out, dtype=torch.bool, device=device),
+        new_token_indices=torch.empty(num_reqs * k, dtype=torch.int32, device=device),
+        hidden_state_mapping=(torch.empty if shift else torch.zeros)(n_in, dtype=torch.int32, device=device))
+    if os.environ.get("PEAGLE_KERNEL_POISON") == "1":
+        for name, t in vars(out).items():
+            if shift or name != "hidden_state_mapping":
+                t.fill_(True if t.dtype == torch.bool else -7)
+    return out
 
 
 def copy_and_expand_eagle_inputs(*, target_token_ids, target_positions, next_token_ids, query_start_loc,
@@ -53,7 +75,7 @@ def copy_and_expand_eagle_inputs(*, target_token_ids, target_positions, next_tok
 
     num_reqs = query_end_loc.numel()
     n_in = target_token_ids.numel()
-    out = empty_outputs(n_in, num_reqs, k, shift_input_ids, target_token_ids.device)
+    out = _kernel_outputs(n_in, num_reqs, k, shift_input_ids, target_token_ids.device)
     if max_query_len is None:
         max_query_len = int((query_start_loc[1:] - query_start_loc[:-1]).max()) if num_reqs else 0
     per_request = max_query_len + k                              # output slots of the longest request
