@@ -82,6 +82,8 @@ READ_PLOTS = """() => Array.from(document.querySelectorAll('.js-plotly-plot')).m
 
 
 def _missing(reason: str):
+    if os.environ.get("PEAGLE_CHROMIUM_INSTALL_FAILED"):
+        pytest.skip(f"{reason}: {os.environ['PEAGLE_CHROMIUM_INSTALL_FAILED']}")
     if IN_CI:
         pytest.fail(f"{reason}; with CI=true this is a set-up fault (.ci/run installs Debian's chromium, requirements.txt playwright)")
     pytest.skip(reason)
