@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from peagle_lab.serving.bench import (bench_serve_args, make_row, mark_identical, render_prompts, validate,
-                                      write_dataset)
+from peagle_lab.serving.bench import (bench_serve_args, best_by_concurrency, make_row, mark_identical,
+                                      render_prompts, validate, write_dataset)
 
 ROW_FIELDS = {"method", "k", "tokens_per_s", "acceptance_length", "acceptance_per_position", "identical_to_ar",
               "num_prompts", "new_tokens", "concurrency", "engine"}
@@ -56,6 +56,11 @@ def test_rows_and_identity_against_the_none_run():
     assert [r["identical_to_ar"] for r in rows] == [None, True, False, None]   # no none run at concurrency 2
     assert rows[2]["mismatched_prompts"] == [1]
     json.dumps(rows, allow_nan=False)                                          # valid JSON, no NaN
+    rows[2]["tokens_per_s"], rows[3]["tokens_per_s"] = 30.0, 25.0
+    best = best_by_concurrency(rows)
+    assert best[0] == {"concurrency": 1, "none": 20.0, "eagle": 30.0, "eagle_k": 3, "eagle_al": 1.5, "eagle_x_none": 1.5,
+                       "peagle": 20.0, "peagle_k": 3, "peagle_al": 1.5, "peagle_x_none": 1.0, "peagle_x_eagle": 20 / 30}
+    assert best[1]["none"] is None and best[1]["peagle_x_none"] is None      # no baseline at concurrency 2
 
 
 def test_bad_settings_name_the_fix():
@@ -67,7 +72,7 @@ def test_bad_settings_name_the_fix():
         validate(["eagle"], [0, 3], [1], 2, 16)
 
 
-def test_cli_refuses_k_beyond_the_trained_depth_before_vllm_starts(capsys):
+def test_cli_refuses_k_beyond_the_trained_depth_before_vllm_starts():
     from peagle_lab.cli import main
 
     with pytest.raises(SystemExit, match="K=9 exceeds the depth"):
@@ -96,3 +101,19 @@ def test_real_vllm_sweep_is_lossless_and_accepts(tmp_path):
         assert len(x["acceptance_per_position"]) == 3 and x["acceptance_per_position"][0] > 0
         assert x["acceptance_length"] == pytest.approx(x["vllm_bench_acceptance_length"])  # two readings agree
         assert x["acceptance_length"] == pytest.approx(1 + sum(x["acceptance_per_position"]))
+
+
+def test_drafter_check_reads_the_speculators_layout(tmp_path):
+    from peagle_lab.serving.server import check_drafter_config
+
+    target, drafter = tmp_path / "target", tmp_path / "drafter"
+    target.mkdir(), drafter.mkdir()
+    (target / "config.json").write_text(json.dumps({"hidden_size": 576, "vocab_size": 49152, "num_hidden_layers": 30}))
+    cfg = {"speculators_model_type": "peagle", "mask_token_id": 7, "eagle_aux_hidden_state_layer_ids": [2, 15, 27],
+           "transformer_layer_config": {"hidden_size": 576, "vocab_size": 49152}}
+    (drafter / "config.json").write_text(json.dumps(cfg))
+    check_drafter_config(str(drafter), str(target), "peagle", 5)              # nested llama config is read
+    cfg["transformer_layer_config"]["vocab_size"] = 32000
+    (drafter / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ValueError, match="drafter vocab 32000 != target vocab 49152"):
+        check_drafter_config(str(drafter), str(target), "peagle", 5)

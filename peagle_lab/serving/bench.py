@@ -139,6 +139,33 @@ def mark_identical(rows: list[dict], outputs: list[tuple[list[str], list[int]]],
         row["mismatched_prompts"] = bad
 
 
+def best_by_concurrency(rows: list[dict]) -> list[dict]:
+    """Per concurrency: tokens/s without speculation and of each speculative method at its best K,
+    with the ratios the P-EAGLE blog reports (method / none, P-EAGLE / EAGLE-3).
+
+    >>> rows = [dict(method="none", k=None, concurrency=1, tokens_per_s=10.0, acceptance_length=None),
+    ...         dict(method="peagle", k=3, concurrency=1, tokens_per_s=12.0, acceptance_length=1.4),
+    ...         dict(method="peagle", k=5, concurrency=1, tokens_per_s=15.0, acceptance_length=1.6)]
+    >>> best_by_concurrency(rows)[0]["peagle_k"], best_by_concurrency(rows)[0]["peagle_x_none"]
+    (5, 1.5)
+    """
+    table = []
+    for c in sorted({r["concurrency"] for r in rows}):
+        here = [r for r in rows if r["concurrency"] == c]
+        base = next((r["tokens_per_s"] for r in here if r["method"] == "none"), None)
+        entry = {"concurrency": c, "none": base}
+        for m in ("eagle", "peagle"):
+            runs = [r for r in here if r["method"] == m]
+            if runs:
+                best = max(runs, key=lambda r: r["tokens_per_s"])
+                entry.update({m: best["tokens_per_s"], f"{m}_k": best["k"], f"{m}_al": best["acceptance_length"],
+                              f"{m}_x_none": best["tokens_per_s"] / base if base else None})
+        if "eagle" in entry and "peagle" in entry:
+            entry["peagle_x_eagle"] = entry["peagle"] / entry["eagle"]
+        table.append(entry)
+    return table
+
+
 # ----------------------------------------------------------------------------- running
 def run_loads(server: VLLMServer, *, dataset: Path, num_prompts: int, max_new_tokens: int, concurrency: list[int],
               temperature: float, add_special_tokens: bool, workdir: Path, seed: int = 0,

@@ -55,11 +55,15 @@ def check_drafter_config(drafter: str, target: str, method: str, k: int) -> None
     """Refuse, before vLLM starts, a drafter whose config cannot fit the target (names the fault)."""
     d = json.loads((Path(drafter) / "config.json").read_text())
     t = json.loads((Path(target) / "config.json").read_text())
+    layer = d.get("transformer_layer_config") or d          # speculators format nests the llama config
+    t = t.get("text_config") or t                           # multimodal targets nest theirs
     problems = []
-    if int(d.get("target_hidden_size") or d["hidden_size"]) != int(t["hidden_size"]):
-        problems.append(f"drafter expects target hidden size {d.get('target_hidden_size')}, target has {t['hidden_size']}")
-    if int(d["vocab_size"]) != int(t["vocab_size"]):
-        problems.append(f"drafter vocab {d['vocab_size']} != target vocab {t['vocab_size']}")
+    hidden = d.get("target_hidden_size") or layer.get("hidden_size")
+    if hidden and "hidden_size" in t and int(hidden) != int(t["hidden_size"]):
+        problems.append(f"drafter expects target hidden size {hidden}, target has {t['hidden_size']}")
+    vocab = d.get("vocab_size") or layer.get("vocab_size")
+    if vocab and "vocab_size" in t and int(vocab) != int(t["vocab_size"]):
+        problems.append(f"drafter vocab {vocab} != target vocab {t['vocab_size']}")
     taps = d.get("eagle_aux_hidden_state_layer_ids") or (d.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
     if taps and max(taps) >= int(t["num_hidden_layers"]):
         problems.append(f"drafter taps layers {taps} but the target has {t['num_hidden_layers']}")
