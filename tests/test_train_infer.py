@@ -1,0 +1,53 @@
+"""The training graph and the inference graph are the same function.
+
+The drafter's logits for element (a, d) computed by the training loss (one pass over every anchor
+with the P-EAGLE mask, target features from a batched no-cache pass) must equal the logits the
+engine's drafting computes at anchor ``a`` (target features from the KV-cached forward, drafter
+context in its own cache, mask slots appended). A mismatch here (a shifted tap, token, position or
+mask) would make a well-trained drafter accept little in the engine and in vLLM.
+"""
+import pytest
+import torch
+
+from peagle_lab.drafter import load_drafter
+from peagle_lab.drafters_registry import shipped
+from peagle_lab.engine import generate
+from peagle_lab.train.cod import Elements
+from peagle_lab.train.data import Sample
+from peagle_lab.train.loss import _forward_parallel, _forward_sequential
+from peagle_lab.train.trainer import target_batch
+
+K = 5
+
+
+@pytest.mark.parametrize("method", ["peagle", "eagle"])
+def test_training_logits_equal_engine_logits(target, mtbench_ids, method):
+    drafter = load_drafter(shipped()[f"{method}-smollm2"], target)
+    prompt = mtbench_ids[0]
+    reply = generate(target, prompt, method="ar", max_new_tokens=24).tokens
+    full = torch.tensor(prompt + list(reply))
+    n = full.numel()
+    draft_ids = (torch.arange(drafter.cfg.draft_vocab_size) + drafter.d2t).sort().values
+    data = target_batch(target, [Sample(full, len(prompt))], draft_ids, 4096)
+    for a in (len(prompt) - 1, n - K - 3):                   # the first reply token's anchor, and a later one
+        depths = range(K) if method == "peagle" else range(1)
+        anchors = torch.cat([torch.arange(n - 1), torch.full((len(depths) - 1,), a)])
+        el = Elements(anchors, torch.cat([torch.zeros(n - 1, dtype=torch.long), torch.arange(1, len(depths))]))
+        with torch.no_grad():
+            train_logits = (_forward_parallel if method == "peagle" else _forward_sequential)(drafter, el, data, "dense")
+        want = torch.cat([train_logits[a: a + 1], train_logits[n - 1:]])  # (a, 0), then (a, 1..K-1)
+
+        # the engine's way: KV-cached target features, drafter context slots 0..a, then K-1 mask slots
+        with torch.no_grad():
+            out = target.forward(full[: a + 1], target.new_cache())
+            ctx_tokens, ctx_aux = full[1: a + 2], out.aux[0]
+            hidden = drafter.project(ctx_aux.clone())
+            ids = ctx_tokens
+            if method == "peagle":
+                ids = torch.cat([ids, torch.full((K - 1,), drafter.cfg.mask_token_id)])
+                hidden = torch.cat([hidden, drafter.projected_mask_hidden().expand(K - 1, -1)])
+            _, logits = drafter(ids[None], hidden[None], drafter.new_cache())
+        got = logits[0, a:]
+        assert got.shape == want.shape
+        torch.testing.assert_close(got, want, rtol=1e-3, atol=1e-3)
+        assert torch.equal(got.argmax(-1), want.argmax(-1))
