@@ -112,10 +112,11 @@ class RaggedCache:
 class DraftPool:
     """The drafter's KV cache as one flat row of slots shared by all requests (see the module docstring)."""
 
-    def __init__(self, drafter):
+    def __init__(self, drafter, device=None):
+        self.device = torch.device(device or "cpu")
         self.cache = drafter.new_cache()                               # per layer (1, kv_heads, S, hd)
-        self.slot_req = torch.zeros(0, dtype=torch.long)               # (S,) owning request
-        self.slot_pos = torch.zeros(0, dtype=torch.long)               # (S,) position of the slot
+        self.slot_req = torch.zeros(0, dtype=torch.long, device=self.device)   # (S,) owning request
+        self.slot_pos = torch.zeros(0, dtype=torch.long, device=self.device)   # (S,) position of the slot
 
     @property
     def length(self) -> int:
@@ -134,7 +135,7 @@ class DraftPool:
     def commit(self, start: int, keep: torch.Tensor) -> None:
         """Of the slots appended since ``start``, keep those where ``keep`` is True (context slots)."""
         idx = start + torch.nonzero(keep, as_tuple=False).flatten()
-        self._select(torch.cat([torch.arange(start), idx]), tail_from=start)
+        self._select(torch.cat([torch.arange(start, device=idx.device), idx]), tail_from=start)
 
     @torch.inference_mode()
     def truncate(self, length: int) -> None:

@@ -110,7 +110,7 @@ def draft_sequential_pooled(drafter: Eagle3Drafter, pool: DraftPool, ctx: Packed
     tok, h, pos = drafter.to_target_ids(logits[at].argmax(-1)), prenorm[at], out.positions[at]
     pool.commit(start, ~out.is_rejected_token_mask)
     committed, drafts = pool.length, [tok]
-    eye = torch.eye(ctx.req.numel(), dtype=torch.bool)
+    eye = torch.eye(ctx.req.numel(), dtype=torch.bool, device=ctx.req.device)
     for _ in range(k - 1):
         pos = pos + 1
         h, logits = _pass(drafter, pool, tok, h, pos, ctx.req, eye)
@@ -121,6 +121,15 @@ def draft_sequential_pooled(drafter: Eagle3Drafter, pool: DraftPool, ctx: Packed
 
 
 POOLED_DRAFTERS = {"eagle": draft_sequential_pooled, "peagle": draft_parallel_pooled}
+
+
+def _packed(device, *, req, token_ids, positions, aux, query_start_loc, query_end_loc, next_token_ids) -> Packed:
+    """Everything the drafter side reads, on the drafter's device, in the kernel's dtypes."""
+    i32 = dict(device=device, dtype=torch.int32)
+    return Packed(req=req.to(device=device, dtype=torch.long), token_ids=token_ids.to(**i32),
+                  positions=positions.to(device=device, dtype=torch.long), aux=aux.to(device=device, dtype=torch.float32),
+                  query_start_loc=query_start_loc.to(**i32), query_end_loc=query_end_loc.to(**i32),
+                  next_token_ids=next_token_ids.to(**i32))
 
 
 def _pad(rows: list[list[int]]) -> torch.Tensor:
@@ -164,11 +173,12 @@ def generate_batch(target, prompts: list[list[int]], *, method: str = "peagle", 
 
     t0 = time.perf_counter()
     rows = RaggedCache(target, B)
-    pool = DraftPool(drafter) if spec else None
+    dev = next(drafter.parameters()).device if spec else None          # the drafter's side lives here
+    pool = DraftPool(drafter, dev) if spec else None
     lens = torch.tensor([len(p) for p in prompts])
     out = rows.forward(_pad(prompts), aux=spec)                                # logits (B, L, V)
     rows.commit(lens)
-    bonus = out.logits[torch.arange(B), lens - 1].argmax(-1)                   # (B,)
+    bonus = out.logits[torch.arange(B), lens - 1].argmax(-1).cpu()             # (B,)
     live = []
     for r in range(B):
         tokens[r], done = _finish([int(bonus[r])], budgets[r], eos)
@@ -178,22 +188,23 @@ def generate_batch(target, prompts: list[list[int]], *, method: str = "peagle", 
             live.append(r)
     if spec and live:
         qsl = torch.cat([torch.zeros(1, dtype=torch.long), lens[live].cumsum(0)]).to(torch.int32)
-        ctx = Packed(req=torch.tensor(live), token_ids=torch.cat([torch.tensor(prompts[r]) for r in live]).to(torch.int32),
-                     positions=torch.cat([torch.arange(len(prompts[r])) for r in live]),
-                     aux=torch.cat([out.aux[r, : len(prompts[r])] for r in live]).float(),
-                     query_start_loc=qsl, query_end_loc=qsl[1:] - 1, next_token_ids=bonus[live].to(torch.int32))
+        ctx = _packed(dev, req=torch.tensor(live), token_ids=torch.cat([torch.tensor(prompts[r]) for r in live]),
+                      positions=torch.cat([torch.arange(len(prompts[r])) for r in live]),
+                      aux=torch.cat([out.aux[r, : len(prompts[r])] for r in live]),
+                      query_start_loc=qsl, query_end_loc=qsl[1:] - 1, next_token_ids=bonus[live])
     _drop(rows, pool, live, list(range(B)))
     times.prefill = time.perf_counter() - t0
     bonus = bonus[live]                                                        # (R,) for the rows still running
 
     while live:
         t1 = time.perf_counter()
-        drafts = draft_fn(drafter, pool, ctx, k) if spec else torch.zeros(len(live), 0, dtype=torch.long)  # (R, K)
+        drafts = draft_fn(drafter, pool, ctx, k).cpu() if spec else torch.zeros(len(live), 0, dtype=torch.long)  # (R, K)
         t2 = time.perf_counter()
         before = rows.lengths.clone()
         verify_in = torch.cat([bonus[:, None], drafts], dim=1)                # (R, K+1)
         out = rows.forward(verify_in, aux=spec)                               # logits (R, K+1, V)
-        decided = [verify_greedy(drafts[i], out.logits[i]) for i in range(len(live))]
+        logits = out.logits.cpu()                                             # (R, K+1, V)
+        decided = [verify_greedy(drafts[i], logits[i]) for i in range(len(live))]
         n = torch.tensor([d[0] for d in decided])
         bonus = torch.tensor([d[1] for d in decided])
         rows.commit(1 + n)
@@ -214,12 +225,10 @@ def generate_batch(target, prompts: list[list[int]], *, method: str = "peagle", 
             K1 = k + 1
             keep = torch.tensor(still, dtype=torch.long)
             qsl = (torch.arange(len(still) + 1) * K1).to(torch.int32)
-            ctx = Packed(req=torch.tensor([live[i] for i in still], dtype=torch.long),
-                         token_ids=verify_in[keep].flatten().to(torch.int32),
-                         positions=(before[keep][:, None] + torch.arange(K1)).flatten(),
-                         aux=out.aux[keep].reshape(-1, out.aux.shape[-1]).float(),
-                         query_start_loc=qsl, query_end_loc=qsl[:-1] + n[keep].to(torch.int32),
-                         next_token_ids=bonus[keep].to(torch.int32))
+            ctx = _packed(dev, req=torch.tensor([live[i] for i in still], dtype=torch.long),
+                          token_ids=verify_in[keep].flatten(), positions=(before[keep][:, None] + torch.arange(K1)).flatten(),
+                          aux=out.aux[keep.to(out.aux.device)].reshape(-1, out.aux.shape[-1]),
+                          query_start_loc=qsl, query_end_loc=qsl[:-1] + n[keep], next_token_ids=bonus[keep])
         _drop(rows, pool, [live[i] for i in still], live)
         live, bonus = [live[i] for i in still], bonus[still]
         times.draft += t2 - t1
@@ -238,4 +247,4 @@ def _drop(rows: RaggedCache, pool: DraftPool | None, still: list[int], live: lis
         return
     rows.keep_rows(torch.tensor([live.index(r) for r in still]))
     if pool is not None:
-        pool.keep_requests(torch.tensor(still))
+        pool.keep_requests(torch.tensor(still, device=pool.device))

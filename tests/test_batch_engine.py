@@ -134,3 +134,22 @@ def test_batch_errors(target, mtbench_ids, drafters):
         generate_batch(target, prompts, method="peagle", drafter=drafters[("eagle", "random")], max_new_tokens=2)
     with pytest.raises(ValueError, match="needs a drafter"):
         generate_batch(target, prompts, method="eagle")
+
+
+def test_bench_batch_size_rows(target):
+    """`bench --batch-size 1,2`: one row per (method, K, batch size), all outputs identical to AR."""
+    from peagle_lab.bench import run_bench
+
+    out = run_bench(methods=["ar", "peagle"], ks=[2], prompts="mt-bench", num_prompts=3, max_new_tokens=3,
+                    target=target, batch_sizes=[1, 2], progress=False)
+    rows = {(x["method"], x["k"], x["batch_size"]): x for x in out["results"]}
+    assert set(rows) == {("ar", None, 1), ("peagle", 2, 1), ("ar", None, 2), ("peagle", 2, 2)}
+    assert rows[("ar", None, 1)]["identical_to_ar"] is None                  # the reference itself
+    assert all(x["identical_to_ar"] is True for key, x in rows.items() if key != ("ar", None, 1))
+    assert {x["new_tokens"] for x in rows.values()} == {9} and out["settings"]["batch_size"] == [1, 2]
+    with pytest.raises(SystemExit, match="--batch-size 1"):
+        run_bench(methods=["hf"], ks=[2], prompts="mt-bench", num_prompts=2, max_new_tokens=2, target=target,
+                  batch_sizes=[2])
+    with pytest.raises(SystemExit, match="greedy only"):
+        run_bench(methods=["ar"], ks=[2], prompts="mt-bench", num_prompts=2, max_new_tokens=2, target=target,
+                  batch_sizes=[1, 2], temperature=0.5)
