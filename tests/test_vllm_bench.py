@@ -95,7 +95,8 @@ def test_real_vllm_sweep_is_lossless_and_accepts(tmp_path):
     for x in rows:
         assert ROW_FIELDS <= set(x) and x["engine"] == "vllm" and x["num_prompts"] == 3
         assert 3 <= x["new_tokens"] <= 48 and x["tokens_per_s"] > 0
-    assert len({x["new_tokens"] for x in rows}) == 1                      # same budget, same EOS stops
+    for none, spec in zip(rows[:2], rows[2:]):
+        assert spec["new_tokens"] == none["new_tokens"]                   # same budget, same EOS stops
     for x in rows[2:]:
         assert x["identical_to_ar"] is True, x.get("mismatched_prompts")  # greedy output unchanged by P-EAGLE
         assert len(x["acceptance_per_position"]) == 3 and x["acceptance_per_position"][0] > 0
