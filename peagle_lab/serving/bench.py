@@ -72,8 +72,8 @@ def write_dataset(texts: list[str], path: str | os.PathLike, max_new_tokens: int
 
 
 def bench_serve_args(*, base_url: str, model: str, dataset: str | os.PathLike, num_prompts: int,
-                        max_new_tokens: int, concurrency: int, temperature: float, result_dir: str | os.PathLike,
-                        result_name: str, add_special_tokens: bool = False, seed: int = 0) -> list[str]:
+                     max_new_tokens: int, concurrency: int, temperature: float, result_dir: str | os.PathLike,
+                     result_name: str, add_special_tokens: bool = False, seed: int = 0) -> list[str]:
     """The arguments of ``vllm bench serve`` for one run (run them with :data:`BENCH_SERVE`)."""
     return ["--backend", "openai", "--base-url", base_url, "--endpoint", "/v1/completions",
             "--model", model, "--tokenizer", model,
