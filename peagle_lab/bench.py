@@ -93,19 +93,19 @@ def run_bench(*, methods, ks, prompts: str, num_prompts: int, max_new_tokens: in
     if not prompt_ids:
         raise SystemExit(f"no prompts in {prompts}")
 
-    def run(row: _Row, batch: list[list[int]], s: int):
+    def run(row: _Row, batch: list[list[int]], s: int, budget: int = max_new_tokens):
         """-> (token lists, wall seconds, acceptance per request, time split)"""
         if row.batch_size > 1:
             out = generate_batch(target, batch, method=row.method, drafter=drafters.get(row.method), k=row.k or 1,
-                                 max_new_tokens=max_new_tokens)
+                                 max_new_tokens=budget)
             return [r.tokens for r in out.results], out.seconds, [r.acceptance for r in out.results], out.times
         outs = []
         for ids in batch:
             if row.method == "hf":
-                outs.append(target.hf_generate(ids, max_new_tokens, temperature=temperature, seed=s))
+                outs.append(target.hf_generate(ids, budget, temperature=temperature, seed=s))
             else:
                 outs.append(generate(target, ids, method=row.method, drafter=drafters.get(row.method), k=row.k or 1,
-                                     max_new_tokens=max_new_tokens, temperature=temperature, seed=s))
+                                     max_new_tokens=budget, temperature=temperature, seed=s))
         split = None
         if outs and getattr(outs[0], "acceptance", None) is not None:
             split = StepTimes(**{key: sum(getattr(o.times, key) for o in outs) for key in StepTimes().to_dict()})
@@ -113,8 +113,8 @@ def run_bench(*, methods, ks, prompts: str, num_prompts: int, max_new_tokens: in
                 [getattr(o, "acceptance", None) for o in outs], split)
 
     warm = [ids[:64] for ids in prompt_ids[: batch_sizes[-1]]]
-    for row in rows:  # warm-up: one generation (or batch) per configuration, discarded
-        run(row, warm[: row.batch_size], seed)
+    for row in rows:  # warm-up: one short generation (or batch) per configuration, discarded
+        run(row, warm[: row.batch_size], seed, budget=min(max_new_tokens, 16))
     greedy = temperature <= 0
     single_ar = next((r for r in rows if r.method == "ar" and r.batch_size == 1), None)
     round_size = math.lcm(*batch_sizes)
