@@ -7,15 +7,23 @@ from pathlib import Path
 HERE = Path(__file__).parent
 
 
+def _run_header(path: Path, r: dict, machine_tail: str, prompts_tail: str) -> list[str]:
+    """Title, date/machine, command and prompt settings of one benchmark run."""
+    s = r["settings"]
+    return [f"## `{path.name}`", "",
+            f"- date: {r['date']}; machine: {r['machine']} ({r.get('info', {}).get('device', {}).get('cpu_count', '?')} CPUs"
+            + machine_tail,
+            f"- command: `{r.get('command', '?')}`",
+            f"- prompts: {s['prompts']}, first {s['num_prompts']}, max_new_tokens {s['max_new_tokens']}, "
+            f"temperature {s['temperature']}" + prompts_tail]
+
+
 def batched_bench_section(path: Path, r: dict) -> list[str]:
     """A `peagle-lab bench --batch-size 1,B` run: every row with its batch size; ratios at equal batch size."""
     s, info = r["settings"], r.get("info", {})
-    lines = [f"## `{path.name}`", "",
-             f"- date: {r['date']}; machine: {r['machine']} ({info.get('device', {}).get('cpu_count', '?')} CPUs, "
-             f"torch {info.get('versions', {}).get('torch', '?')})",
-             f"- command: `{r.get('command', '?')}`",
-             f"- prompts: {s['prompts']}, first {s['num_prompts']}, max_new_tokens {s['max_new_tokens']}, "
-             f"temperature {s['temperature']}, batch sizes {s.get('batch_size')}; tokens/s = all requests' tokens / wall time", "",
+    lines = _run_header(path, r, f", torch {info.get('versions', {}).get('torch', '?')})",
+                        f", batch sizes {s.get('batch_size')}; tokens/s = all requests' tokens / wall time") + [
+             "",
              "| method | K | batch | tokens/s | x AR (same batch) | x batch 1 | AL | acceptance per position | identical to AR |",
              "|---|---|---|---|---|---|---|---|---|"]
     res = r["results"]
@@ -86,13 +94,9 @@ def vllm_section(path: Path, r: dict) -> list[str]:
     """A `peagle-lab vllm-bench` sweep: best K per concurrency (ratios vs none), then every run."""
     from peagle_lab.serving.bench import best_by_concurrency
 
-    s, info = r["settings"], r.get("info", {})
-    lines = [f"## `{path.name}`", "",
-             f"- date: {r['date']}; machine: {r['machine']} ({info.get('device', {}).get('cpu_count', '?')} CPUs); "
-             f"engine: {r.get('vllm_version')}, dtype {s['dtype']}, enforce_eager {s['enforce_eager']}",
-             f"- command: `{r.get('command', '?')}`",
-             f"- prompts: {s['prompts']}, first {s['num_prompts']}, max_new_tokens {s['max_new_tokens']}, "
-             f"temperature {s['temperature']}; load from `vllm bench serve`, acceptance from vLLM's /metrics", ""]
+    s = r["settings"]
+    lines = _run_header(path, r, f"); engine: {r.get('vllm_version')}, dtype {s['dtype']}, enforce_eager {s['enforce_eager']}",
+                        "; load from `vllm bench serve`, acceptance from vLLM's /metrics") + [""]
     lines += [f"- {note}" for note in r.get("notes", [])] + ([""] if r.get("notes") else [])
     lines += ["Best K per concurrency (tokens/s; x none = ratio to no speculation at the same concurrency):", "",
               "| concurrency | none | best EAGLE-3 (K) | x none | best P-EAGLE (K) | x none | P-EAGLE / EAGLE-3 |",
