@@ -43,7 +43,7 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from .metrics import acceptance_from_diff, diff
+from .metrics import acceptance_from_diff
 from .server import VLLM_INSTALL, ServeConfig, VLLMServer, check_drafter_config
 
 VLLM_METHODS = ("none", "eagle", "peagle")
