@@ -158,6 +158,21 @@ def main(argv: list[str] | None = None) -> None:
         torch.set_num_threads(1)                       # a smoke check: do not fight other jobs for cores
     bench = timer(device, reps=3 if args.tiny else 7)
     rows = []
+
+    def write() -> None:                               # after every row: a killed run keeps what it measured
+        out = {"date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+               "machine": f"{platform.node()} {platform.machine()}",
+               "device": torch.cuda.get_device_name(0) if device == "cuda" else f"cpu ({1 if args.tiny else threads} threads)",
+               "command": "python benchmarks/bench_drafter_forward.py " + " ".join(sys.argv[1:] if argv is None else argv),
+               "what": "drafter forward: one parallel pass over K slots vs one single-slot pass vs K sequential passes",
+               "torch": torch.__version__,
+               "drafter": {**{k: v for k, v in shape.items() if k != "aux_layer_ids"}, "intermediate_size": intermediate,
+                           "draft_vocab_size": draft_vocab, "dtype": str(dtype).removeprefix("torch."), "weights": "random",
+                           "intermediate_size_note": "not published with the issue's numbers; 4 x hidden unless given"},
+               "rows": rows}
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(out, indent=2) + "\n")
+
     for mode in modes:
         fwd = forward_fn(drafter)
         if mode != "none":
@@ -170,19 +185,8 @@ def main(argv: list[str] | None = None) -> None:
                 row = {"compile": mode, **measure(drafter, fwd, B, K, context, device, bench)}
                 rows.append(row)
                 print(json.dumps(row), file=sys.stderr)
+                write()
     torch.set_num_threads(threads)
-    out = {"date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-           "machine": f"{platform.node()} {platform.machine()}",
-           "device": torch.cuda.get_device_name(0) if device == "cuda" else f"cpu ({1 if args.tiny else threads} threads)",
-           "command": "python benchmarks/bench_drafter_forward.py " + " ".join(sys.argv[1:] if argv is None else argv),
-           "what": "drafter forward: one parallel pass over K slots vs one single-slot pass vs K sequential passes",
-           "torch": torch.__version__,
-           "drafter": {**{k: v for k, v in shape.items() if k != "aux_layer_ids"}, "intermediate_size": intermediate,
-                       "draft_vocab_size": draft_vocab, "dtype": str(dtype).removeprefix("torch."), "weights": "random",
-                       "intermediate_size_note": "not published with the issue's numbers; 4 x hidden unless given"},
-           "rows": rows}
-    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.json).write_text(json.dumps(out, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -140,11 +140,14 @@ def kernel_section(path: Path, r: dict) -> list[str]:
     """`benchmarks/bench_kernel.py`: fused Triton kernel vs the torch reference vs an empty launch."""
     lines = [f"## `{path.name}`", "", f"- date: {r['date']}; device: {r.get('device')}; torch {r.get('torch')}, triton {r.get('triton')}",
              f"- command: `{r['command']}` (medians of `triton.testing.do_bench`)", "",
-             "| requests | K | with a 512-token prefill | Triton (launcher) us | torch reference us | empty launch us | x faster than torch | x launch floor |",
-             "|---|---|---|---|---|---|---|---|"]
+             "| requests | K | with a 512-token prefill | Triton (launcher) us | torch reference us | empty launch us | x faster than torch | x launch floor |"
+             " Triton in a CUDA graph us | empty in a CUDA graph us | graph x floor |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for x in r["rows"]:
+        graph = (f"{1000 * x['triton_graph_ms']:.1f} | {1000 * x['empty_graph_ms']:.1f} | {x['graph_x_floor']:.1f}"
+                 if "triton_graph_ms" in x else "- | - | -")
         lines.append(f"| {x['num_reqs']} | {x['k']} | {x['with_prefill']} | {1000 * x['triton_ms']:.1f} | {1000 * x['torch_ref_ms']:.1f} | "
-                     f"{1000 * x['empty_launch_ms']:.1f} | {x['speedup_vs_torch']:.0f} | {x['x_launch_floor']:.1f} |")
+                     f"{1000 * x['empty_launch_ms']:.1f} | {x['speedup_vs_torch']:.0f} | {x['x_launch_floor']:.1f} | {graph} |")
     return lines + [""]
 
 
