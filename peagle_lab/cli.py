@@ -260,7 +260,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--max-minutes", type=float, default=None, help="shorten the run to fit this wall time")
     s.add_argument("--layout", default="packed", choices=["packed", "per_conversation", "padded"],
                    help="how a batch's conversations run (same gradient): one packed pass, one at a time, "
-                        "or a padded batch (peagle only; least attention work)")
+                        "or a padded batch, one row per conversation (both methods; least attention work on a GPU)")
     s.add_argument("--attention", default="auto", choices=["auto", "dense", "flex"],
                    help="P-EAGLE mask as a dense tensor or a sparse flex-attention BlockMask (auto: flex on CUDA)")
     s.add_argument("--seed", type=int, default=0)

@@ -38,12 +38,13 @@ def _trainer(tmp, method, steps=6, segments=1, layout="packed"):
     return Trainer(tgt, _samples(), cfg, tmp, ids)
 
 
-def test_resume_after_kill_equals_uninterrupted(tmp_path):
-    full = _trainer(tmp_path / "a", "peagle", layout="padded")
+@pytest.mark.parametrize("method", ["peagle", "eagle"])
+def test_resume_after_kill_equals_uninterrupted(tmp_path, method):
+    full = _trainer(tmp_path / "a", method, layout="padded")
     full.run(progress=False)
-    killed = _trainer(tmp_path / "b", "peagle", layout="padded")
+    killed = _trainer(tmp_path / "b", method, layout="padded")
     killed.run(progress=False, stop_after=3)          # "killed" after step 3; last checkpoint at step 2
-    resumed = _trainer(tmp_path / "b", "peagle", layout="padded")
+    resumed = _trainer(tmp_path / "b", method, layout="padded")
     resumed.run(progress=False)
     assert resumed.step == full.step == 6
     a, b = full.drafter.state_dict(), resumed.drafter.state_dict()
@@ -118,6 +119,7 @@ def test_two_process_gloo_training_equals_one_process(tmp_path):
             assert proc.returncode == 0, proc.stderr[-3000:]
             results[method, n] = torch.load(out, weights_only=False)
         one, two = results[method, 1], results[method, 2]
-        assert [round(x, 5) for x in one["losses"]] == [round(x, 5) for x in two["losses"]]
+        # float32 sums in another order: compare with a tolerance (rounding to 5 places can straddle a digit)
+        assert two["losses"] == pytest.approx(one["losses"], rel=1e-5, abs=1e-5), method
         for k in one["state"]:
             assert torch.allclose(one["state"][k].float(), two["state"][k].float(), atol=2e-5, rtol=0), (method, k)

@@ -92,10 +92,12 @@ def cod_sample(seq_len: int, max_depth: int, keep_ratio: float = 0.7, supervised
 
 
 def peagle_mask(q: Elements, k: Elements) -> torch.Tensor:
-    """(Eq, Ek) bool: True where query may attend to key (see module docstring)."""
-    qa, qd = q.anchor[:, None], q.depth[:, None]
-    ka, kd = k.anchor[None, :], k.depth[None, :]
-    same_doc = q.doc[:, None] == k.doc[None, :]
+    """(Eq, Ek) bool: True where query may attend to key (see module docstring).
+
+    Batched elements (tensors of shape (B, E)) give one mask per row, (B, Eq, Ek)."""
+    qa, qd = q.anchor[..., :, None], q.depth[..., :, None]
+    ka, kd = k.anchor[..., None, :], k.depth[..., None, :]
+    same_doc = q.doc[..., :, None] == k.doc[..., None, :]
     return same_doc & (((kd == 0) & (ka <= qa)) | ((ka == qa) & (kd <= qd)))
 
 

@@ -8,6 +8,10 @@ Loss per supervised element ``(a, d)``: cross-entropy of the drafter's distribut
 the target's ``p_{a+1+d}`` renormalised over the draft vocabulary, i.e. KL(p || q) up to the
 (constant) entropy of p. Everything is *summed*; the trainer divides by the global count of
 supervised elements, so a partitioned run's gradient equals the single-pass one exactly.
+
+Packed conversations can also run one at a time (:func:`packed_loss`) or as a padded batch with one
+row per conversation (:func:`padded_loss`: :func:`padded_parallel_loss` for P-EAGLE,
+:func:`padded_sequential_loss` for EAGLE-3); all give the one-pass loss and gradient.
 """
 from __future__ import annotations
 
@@ -163,6 +167,86 @@ def padded_parallel_loss(drafter: Eagle3Drafter, el: Elements, data: SeqData, *,
         (parts.loss_sum / (normalizer or 1.0)).backward()
         parts = LossParts(parts.loss_sum.detach(), parts.count, parts.correct, parts.total)
     return parts
+
+
+def _padded_rows(idx: torch.Tensor, row: torch.Tensor, num_rows: int) -> torch.Tensor:
+    """(num_rows, W) table of element indices ``idx`` grouped by batch row ``row``, -1 marking padding.
+
+    Each row keeps the elements in the order of ``idx``; W is the largest row."""
+    counts = torch.bincount(row, minlength=num_rows)
+    order = torch.sort(row, stable=True).indices
+    r = row[order]
+    slot = torch.arange(idx.numel(), device=idx.device) - (counts.cumsum(0) - counts)[r]
+    table = torch.full((num_rows, max(int(counts.max()), 1)), -1, dtype=torch.long, device=idx.device)
+    table[r, slot] = idx[order]
+    return table
+
+
+def padded_sequential_loss(drafter: Eagle3Drafter, el: Elements, data: SeqData, *, max_depth: int,
+                           normalizer: float | None = None, backward: bool = False, **_) -> LossParts:
+    """EAGLE-3 training-time test of packed conversations as a padded batch: one row per conversation.
+
+    Depth by depth, as :func:`_forward_sequential`, but depth d runs as ``(B, Eq_d)`` (B conversations,
+    Eq_d the most elements one of them has at depth d) with a per-row cache of the earlier depths, so
+    attention costs about B * Eq_d * sum(Eq_0..Eq_d) instead of (sum over conversations)^2. Padding
+    slots see only themselves and are never seen by real ones; their outputs are dropped. Same loss
+    and gradient as one packed pass (tests/test_partition.py).
+    """
+    dev = el.anchor.device
+    _, row_of = el.doc.unique(return_inverse=True)                           # conversation -> batch row
+    B, n = int(row_of.max()) + 1, data.tokens.numel()
+    cache = DrafterCache(drafter.cfg.num_layers)
+    keys: Elements | None = None                                             # the cache's slots, (B, S)
+    keys_real = prev_anchor = prev_out = None
+    out_logits, order = [], []
+    for d in range(int(el.depth.max()) + 1):
+        idx = (el.depth == d).nonzero().squeeze(-1)
+        if idx.numel() == 0:
+            break
+        index = _padded_rows(idx, row_of[idx], B)                            # (B, W) element index or -1
+        real = index >= 0
+        cur = el.select(index.clamp_min(0))                                  # padding borrows element 0's fields
+        W = index.shape[1]
+        ids = torch.where(real, data.tokens[(cur.anchor + 1 + d).clamp(max=n - 1)], 0)
+        if d == 0:
+            hidden = drafter.project(data.aux[cur.anchor])                   # (B, W, H)
+        else:  # parent (a, d-1): same conversation, so same row; found by anchor within the row
+            sorted_anchor, perm = prev_anchor.sort(dim=1)
+            pos = torch.searchsorted(sorted_anchor, cur.anchor.contiguous()).clamp(max=sorted_anchor.shape[1] - 1)
+            parent = perm.gather(1, pos)
+            hidden = prev_out.gather(1, parent[..., None].expand(-1, -1, prev_out.shape[-1]))
+        start = 0 if keys is None else keys.anchor.shape[1]
+        if keys is None:
+            keys, keys_real = cur, real
+        else:
+            keys = Elements(torch.cat([keys.anchor, cur.anchor], 1), torch.cat([keys.depth, cur.depth], 1),
+                            torch.cat([keys.doc, cur.doc], 1))
+            keys_real = torch.cat([keys_real, real], 1)
+        mask = peagle_mask(cur, keys) & real[..., None] & keys_real[:, None, :]   # (B, W, S)
+        mask[:, :, start:] |= torch.eye(W, dtype=torch.bool, device=dev) & ~real[..., None]  # padding sees itself
+        positions = torch.where(real, cur.anchor + d, 0)
+        prenorm, lg = drafter(ids, hidden, cache, positions=positions, attn_mask=mask[:, None])
+        out_logits.append(lg[real])
+        order.append(index[real])
+        prev_out = prenorm
+        prev_anchor = torch.where(real, cur.anchor, n)                       # padding sorts last, never a parent
+    logits = torch.empty(len(el), out_logits[0].shape[-1], dtype=out_logits[0].dtype, device=dev)
+    logits[torch.cat(order)] = torch.cat(out_logits)
+    parts = _loss_from_logits(logits, el, data, max_depth, torch.ones(len(el), dtype=torch.bool, device=dev))
+    if backward:
+        (parts.loss_sum / (normalizer or 1.0)).backward()
+        parts = LossParts(parts.loss_sum.detach(), parts.count, parts.correct, parts.total)
+    return parts
+
+
+def padded_loss(drafter: Eagle3Drafter, el: Elements, data: SeqData, *, method: str, **kwargs) -> LossParts:
+    """Packed conversations as a padded batch: :func:`padded_parallel_loss` (P-EAGLE) or
+    :func:`padded_sequential_loss` (EAGLE-3)."""
+    if method == "peagle":
+        return padded_parallel_loss(drafter, el, data, **kwargs)
+    if method == "eagle":
+        return padded_sequential_loss(drafter, el, data, **kwargs)
+    raise ValueError(f"unknown training method {method!r}; use 'peagle' or 'eagle'")
 
 
 def packed_loss(drafter: Eagle3Drafter, el: Elements, data: SeqData, **kwargs) -> LossParts:

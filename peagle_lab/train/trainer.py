@@ -24,9 +24,9 @@ from tqdm.auto import tqdm
 from ..drafter import DrafterConfig, Eagle3Drafter, init_drafter, save_drafter
 from .cod import Elements, cod_sample
 from .data import Sample
-from .loss import LossParts, SeqData, packed_loss, padded_parallel_loss, sequence_loss, supervised_mask
+from .loss import LossParts, SeqData, packed_loss, padded_loss, sequence_loss, supervised_mask
 
-LAYOUTS = {"packed": sequence_loss, "per_conversation": packed_loss, "padded": padded_parallel_loss}
+LAYOUTS = {"packed": sequence_loss, "per_conversation": packed_loss, "padded": padded_loss}  # padded: per method
 
 
 @dataclass
@@ -48,7 +48,7 @@ class TrainConfig:
     checkpoint_every: int = 50
     seed: int = 0
     amp_bf16: bool = True               # bf16 autocast on CUDA
-    layout: str = "packed"              # "packed" | "per_conversation" | "padded" (P-EAGLE): same gradient
+    layout: str = "packed"              # "packed" | "per_conversation" | "padded": same gradient
     attention: str = "auto"             # "auto" (flex on CUDA, dense on CPU) | "dense" | "flex": same loss
 
 
@@ -120,9 +120,8 @@ class Trainer:
                  draft_ids: torch.Tensor, drafter: Eagle3Drafter | None = None):
         if not samples:
             raise ValueError("no training samples; regenerate data first")
-        if cfg.layout not in LAYOUTS or (cfg.layout == "padded" and cfg.method != "peagle"):
-            raise ValueError(f"layout {cfg.layout!r} is not available for {cfg.method}; use packed or per_conversation"
-                             + (" (padded is for peagle)" if cfg.layout == "padded" else ""))
+        if cfg.layout not in LAYOUTS:
+            raise ValueError(f"unknown layout {cfg.layout!r}; use one of {', '.join(LAYOUTS)}")
         self.target, self.samples, self.cfg = target, samples, cfg
         self.out_dir = Path(out_dir)
         self.out_dir.mkdir(parents=True, exist_ok=True)
@@ -170,7 +169,8 @@ class Trainer:
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=use_amp):
             # All three layouts give the same loss and gradient (tests/test_partition.py). Packed: one
             # pass, (sum E_i)^2 attention. Per conversation: sum E_i^2, many small launches (CPU-friendly;
-            # slow on the H200). Padded (P-EAGLE only): B * E_max^2 in one pass.
+            # slow on the H200). Padded: B * E_max^2 in one pass (EAGLE-3: one pass per depth, rows per
+            # conversation). Padded ignores num_segments.
             loss_fn = LAYOUTS[cfg.layout]
             parts: LossParts = loss_fn(self.drafter, el, data, method=cfg.method, max_depth=cfg.max_depth,
                                        num_segments=cfg.num_segments, normalizer=max(count, 1), backward=True,
