@@ -9,7 +9,8 @@
   a slider and buttons to move through the steps of a generation.
 
 Rows are dicts as written by ``peagle-lab bench`` (``method``, ``k``,
-``acceptance_per_position``), optionally with ``prompts`` and ``temperature``.
+``acceptance_per_position``), optionally with ``prompts``, ``temperature`` and ``source`` (which
+engine measured the row, e.g. vLLM's counters or the teaching engine).
 """
 from __future__ import annotations
 
@@ -29,20 +30,27 @@ COLORS = {"eagle": "#1f77b4", "peagle": "#d62728"}
 def acceptance_figure(rows: list[dict], title: str = "Acceptance per draft position") -> go.Figure:
     """Grouped bars: x = draft position (1..K), y = accepted at that position / drafts."""
     fig = go.Figure()
+    rows = [r for r in rows if r.get("acceptance_per_position")]
+    methods = [r["method"] for r in rows]
+    by_method = len(rows) <= 2 and len(set(methods)) == len(methods)  # a method colour names one bar
     for row in rows:
-        per_pos = row.get("acceptance_per_position")
-        if not per_pos:
-            continue
-        label = f"{row['method']} K={row['k']}" + (f" (AL {row['acceptance_length']:.2f})" if row.get("acceptance_length") else "")
+        per_pos = row["acceptance_per_position"]
+        label = (f"{row['method']} K={row['k']}" + (f" · {row['source']}" if row.get("source") else "")
+                 + (f" (AL {row['acceptance_length']:.2f})" if row.get("acceptance_length") else ""))
         fig.add_bar(x=list(range(1, len(per_pos) + 1)), y=per_pos, name=label,
-                    marker_color=COLORS.get(row["method"]) if len(rows) <= 2 else None)
+                    marker_color=COLORS.get(row["method"]) if by_method else None)
     fig.update_layout(title=title, barmode="group", xaxis_title="draft position", yaxis_title="acceptance rate",
                       yaxis_range=[0, 1], xaxis_dtick=1, height=380, margin=dict(t=50, b=40))
     return fig
 
 
 def acceptance_explorer(rows: list[dict]):
-    """ipywidgets dropdowns (method, K, prompt set, temperature) over bench rows, re-plotting on change."""
+    """ipywidgets dropdowns (method, K, prompt set, temperature) over bench rows, re-plotting on change.
+
+    Rows that carry a ``source`` (which engine measured them) get one more dropdown, so rows from
+    two engines can be compared or looked at one engine at a time. ``box.selected()`` returns the
+    rows now plotted and ``box.dropdowns`` the dropdowns by key (handles for tests and readers).
+    """
     import ipywidgets as W
     from IPython.display import display
 
@@ -53,26 +61,36 @@ def acceptance_explorer(rows: list[dict]):
     def options(key):
         return sorted({r.get(key) for r in rows}, key=lambda v: (v is None, v))
 
-    method = W.Dropdown(options=["all"] + options("method"), description="method")
-    k = W.Dropdown(options=options("k"), description="K")
-    prompts = W.Dropdown(options=options("prompts"), description="prompts")
-    temperature = W.Dropdown(options=options("temperature"), description="temperature")
+    dropdowns = {"method": W.Dropdown(options=["all"] + options("method"), description="method"),
+                 "k": W.Dropdown(options=options("k"), description="K"),
+                 "prompts": W.Dropdown(options=options("prompts"), description="prompts"),
+                 "temperature": W.Dropdown(options=options("temperature"), description="temperature")}
+    if any(r.get("source") for r in rows):
+        dropdowns["source"] = W.Dropdown(options=["all"] + options("source"), description="source")
+    any_of = {"method", "source"}  # dropdowns with an "all" entry
     out = W.Output()
 
+    def selected():
+        return [r for r in rows if all(d.value == r.get(key) or (key in any_of and d.value == "all")
+                                       for key, d in dropdowns.items())]
+
     def redraw(*_):
-        chosen = [r for r in rows if r.get("k") == k.value and r.get("prompts") == prompts.value
-                  and r.get("temperature") == temperature.value and method.value in ("all", r["method"])]
+        chosen = selected()
         out.clear_output(wait=True)
         with out:
             if chosen:
-                display(acceptance_figure(chosen, f"Acceptance per draft position, K={k.value}"))
+                display(acceptance_figure(chosen, f"Acceptance per draft position, K={dropdowns['k'].value}"))
             else:
                 print("no measurement for this combination")
 
-    for w in (method, k, prompts, temperature):
+    for w in dropdowns.values():
         w.observe(redraw, names="value")
     redraw()
-    return W.VBox([W.HBox([method, k]), W.HBox([prompts, temperature]), out])
+    d = dropdowns
+    top = [d["method"], d["k"]] + ([d["source"]] if "source" in d else [])
+    box = W.VBox([W.HBox(top), W.HBox([d["prompts"], d["temperature"]]), out])
+    box.selected, box.dropdowns = selected, dropdowns
+    return box
 
 
 def token_stream_html(result, decode, show_rejected: bool = True) -> str:

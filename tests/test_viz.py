@@ -5,7 +5,7 @@ import pytest
 
 from helpers import random_drafter, tiny_target
 from peagle_lab.engine import SpecResult, Step, generate
-from peagle_lab.viz import acceptance_figure, step_explorer, step_html, step_view
+from peagle_lab.viz import acceptance_explorer, acceptance_figure, step_explorer, step_html, step_view
 
 
 def decode(ids):
@@ -117,3 +117,33 @@ def test_acceptance_figure_has_k_bars_with_the_stats_heights(spec):
     assert list(bars.x) == [1, 2, 3] and list(bars.y) == stats.per_position
     counts = [sum(s.accepted > i for s in spec.steps) / len(spec.steps) for i in range(3)]
     assert list(bars.y) == counts
+
+
+def test_acceptance_explorer_toggles_method_k_and_source():
+    def row(method, k, source, first):
+        return dict(method=method, k=k, source=source, prompts="mt-bench", temperature=0.0,
+                    acceptance_per_position=[first] + [first / 2] * (k - 1))
+    rows = [row("peagle", 3, "vLLM", 0.6), row("peagle", 3, "teaching engine", 0.6), row("eagle", 3, "vLLM", 0.5),
+            row("peagle", 5, "vLLM", 0.4), dict(method="none", k=None, source="vLLM", acceptance_per_position=None)]
+    box = acceptance_explorer(rows)
+    d = box.dropdowns
+    assert list(d["source"].options) == ["all", "teaching engine", "vLLM"] and list(d["k"].options) == [3, 5]
+    assert list(d["method"].options) == ["all", "eagle", "peagle"]  # the row without acceptance is left out
+    assert box.selected() == rows[:3]  # K = 3, every method and source
+    d["source"].value = "vLLM"
+    assert box.selected() == [rows[0], rows[2]]
+    d["method"].value, d["k"].value = "peagle", 5
+    assert box.selected() == [rows[3]]
+    d["source"].value = "teaching engine"
+    assert box.selected() == []
+    # the bars of one method from two engines are told apart by their label and colour
+    fig = acceptance_figure(rows[:2])
+    assert [b.name for b in fig.data] == ["peagle K=3 · vLLM", "peagle K=3 · teaching engine"]
+    assert fig.data[0].marker.color is None
+
+
+def test_acceptance_explorer_without_source_and_with_one_row():
+    box = acceptance_explorer([dict(method="eagle", k=3, acceptance_per_position=[0.5, 0.2, 0.1])])
+    assert "source" not in box.dropdowns and len(box.selected()) == 1
+    with pytest.raises(ValueError, match="no rows"):
+        acceptance_explorer([dict(method="none", k=None, acceptance_per_position=None)])
