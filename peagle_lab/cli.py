@@ -122,7 +122,7 @@ def cmd_train(args) -> int:
                       draft_vocab_size=args.draft_vocab_size, max_depth=args.max_depth, cod_ratio=args.cod_ratio,
                       steps=args.steps, batch_size=args.batch_size, max_len=args.max_len, num_segments=args.segments,
                       lr=args.lr, warmup_steps=args.warmup_steps, checkpoint_every=args.checkpoint_every, seed=args.seed,
-                      layout=args.layout, attention=args.attention)
+                      layout=args.layout, attention=args.attention, head_init=args.head_init)
     trainer = Trainer(target, samples, cfg, args.out, ids)
     history = trainer.run(time_budget_s=60 * args.max_minutes if args.max_minutes else None,
                           progress=rank_and_world()[0] == 0)
@@ -263,6 +263,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "or a padded batch, one row per conversation (both methods; least attention work on a GPU)")
     s.add_argument("--attention", default="auto", choices=["auto", "dense", "flex"],
                    help="P-EAGLE mask as a dense tensor or a sparse flex-attention BlockMask (auto: flex on CUDA)")
+    s.add_argument("--head-init", default="target", choices=["target", "random"],
+                   help="start lm_head and the final norm from the target's rows of the draft vocab (default) or at random")
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--target", default=None)
     s.add_argument("--device", default="cpu")

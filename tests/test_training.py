@@ -123,3 +123,22 @@ def test_two_process_gloo_training_equals_one_process(tmp_path):
         assert two["losses"] == pytest.approx(one["losses"], rel=1e-5, abs=1e-5), method
         for k in one["state"]:
             assert torch.allclose(one["state"][k].float(), two["state"][k].float(), atol=2e-5, rtol=0), (method, k)
+
+
+def test_head_init_from_target_reads_out_like_the_target(tmp_path):
+    """--head-init target: the fresh drafter's read-out (norm + lm_head) of any hidden state equals the
+    target's own logits at the draft-vocab ids; --head-init random does not."""
+    tgt = tiny_target(vocab=50, seed=0)
+    ids, _ = build_draft_vocab(token_counts(_samples(), 50) + 1, 40)
+    h = torch.randn(5, tgt.model.config.hidden_size, generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        want = tgt.model.lm_head(tgt.model.model.norm(h))[:, ids]
+    for init, equal in (("target", True), ("random", False)):
+        cfg = TrainConfig(method="peagle", num_layers=1, draft_vocab_size=40, max_depth=3, steps=1, batch_size=2,
+                          max_len=30, head_init=init)
+        d = Trainer(tgt, _samples(), cfg, tmp_path / init, ids).drafter
+        with torch.no_grad():
+            got = d.lm_head(d.norm(h))
+        assert torch.allclose(got, want, atol=1e-5) is equal
+    with pytest.raises(ValueError, match="head_init"):
+        Trainer(tgt, _samples(), TrainConfig(head_init="zeros", draft_vocab_size=40), tmp_path / "bad", ids)

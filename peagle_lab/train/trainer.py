@@ -50,6 +50,7 @@ class TrainConfig:
     amp_bf16: bool = True               # bf16 autocast on CUDA
     layout: str = "packed"              # "packed" | "per_conversation" | "padded": same gradient
     attention: str = "auto"             # "auto" (flex on CUDA, dense on CPU) | "dense" | "flex": same loss
+    head_init: str = "target"           # "target": lm_head/norm start from the target's rows | "random"
 
 
 def _lr_lambda(cfg: TrainConfig):
@@ -135,6 +136,10 @@ class Trainer:
                                             has_embed_tokens=False)
             drafter = init_drafter(dcfg, target, seed=cfg.seed)
             drafter.set_draft_vocab(self.draft_ids)
+            if cfg.head_init == "target":
+                drafter.init_head_from_target(target)
+            elif cfg.head_init != "random":
+                raise ValueError(f"unknown head_init {cfg.head_init!r}; use 'target' or 'random'")
         self.drafter = drafter.to(self.device).train()
         params = [p for p in self.drafter.parameters() if p.requires_grad]
         self.opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.95))
