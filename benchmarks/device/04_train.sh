@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Device call 4: train the EAGLE-3 and the P-EAGLE drafter side by side on one H200: the same data
 # (greedy replies of 2026-11-30 + the sampled replies of call 3), the same batch, the same wall-time
-# budget on the same GPU. lm_head and the final norm start from the target's rows (--head-init target).
+# budget on the same GPU. (--head-init target showed no gain on CPU: results/head_init_ab_cpu.json).
 # EAGLE-3 uses the padded TTT layout (one padded batch per depth; dense packed masks cost 1.0 s/step);
 # P-EAGLE the packed flex-attention path (0.22 s/step on 2026-12-01). Drafters and logs come back.
 # Carry: nothing (everything is on the machine after calls 1-3).
@@ -14,7 +14,7 @@ for f in /tmp/pk/data_t07/shard-*.pt; do b=$(basename "$f"); ln -sf "$f" "/tmp/p
 ls /tmp/pk/mix | wc -l
 MIN=${TRAIN_MINUTES:-7.8}
 common="--data /tmp/pk/mix --device cuda --draft-vocab-size ${VD:-4096} --max-depth 8 --batch-size ${BATCH:-32} --max-len 768 \
-  --steps 100000 --warmup-steps 100 --lr ${LR:-1e-3} --checkpoint-every 200 --max-minutes $MIN --head-init target"
+  --steps 100000 --warmup-steps 100 --lr ${LR:-1e-3} --checkpoint-every 200 --max-minutes $MIN"
 timeout 585 python -m peagle_lab train --method eagle --num-layers 1 --intermediate-size ${EAGLE_MLP:-1024} --layout ${EAGLE_LAYOUT:-padded} \
   --out /tmp/pk/run-eagle --export /tmp/pk/eagle-smollm2 $common > /tmp/pk/train-eagle.log 2>&1 &
 timeout 585 python -m peagle_lab train --method peagle --num-layers ${PEAGLE_LAYERS:-2} --intermediate-size ${PEAGLE_MLP:-512} \

@@ -50,7 +50,7 @@ class TrainConfig:
     amp_bf16: bool = True               # bf16 autocast on CUDA
     layout: str = "packed"              # "packed" | "per_conversation" | "padded": same gradient
     attention: str = "auto"             # "auto" (flex on CUDA, dense on CPU) | "dense" | "flex": same loss
-    head_init: str = "target"           # "target": lm_head/norm start from the target's rows | "random"
+    head_init: str = "random"           # "random" | "target": lm_head/norm start from the target's rows
 
 
 def _lr_lambda(cfg: TrainConfig):
