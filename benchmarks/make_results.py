@@ -185,7 +185,24 @@ def train_run_section(path: Path, r: dict) -> list[str]:
     return lines
 
 
-SECTIONS = {"kernel_": kernel_section, "train_memory_": memory_section}
+def drafter_forward_section(path: Path, r: dict) -> list[str]:
+    """`benchmarks/bench_drafter_forward.py`: one parallel pass over K slots vs one slot vs K sequential passes."""
+    d = r["drafter"]
+    lines = [f"## `{path.name}`", "", f"- date: {r['date']}; device: {r.get('device')}; torch {r.get('torch')}",
+             f"- command: `{r['command']}` (medians of `triton.testing.do_bench` on a GPU)",
+             f"- drafter: hidden {d['hidden_size']}, {d['num_layers']} layers, {d['num_heads']} heads / {d['num_kv_heads']} KV, "
+             f"head_dim {d['head_dim']}, MLP {d['intermediate_size']} ({d.get('intermediate_size_note', '')}), vocab {d['vocab_size']}, "
+             f"draft vocab {d['draft_vocab_size']}, {d['dtype']}, {d['weights']} weights"]
+    lines += [f"- {note}" for note in r.get("notes", [])] + ["",
+             "| compile | B | K | single ms | parallel (P-EAGLE) ms | K sequential (EAGLE-3) ms | parallel / single | sequential / single |",
+             "|---|---|---|---|---|---|---|---|"]
+    for x in r["rows"]:
+        lines.append(f"| {x['compile']} | {x['B']} | {x['K']} | {x['single_ms']:.2f} | {x['parallel_ms']:.2f} | {x['sequential_ms']:.2f} | "
+                     f"{x['parallel_over_single']:.2f} | {x['sequential_over_single']:.2f} |")
+    return lines + [""]
+
+
+SECTIONS = {"kernel_": kernel_section, "train_memory_": memory_section, "drafter_forward_": drafter_forward_section}
 
 
 def main() -> None:

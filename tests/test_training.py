@@ -55,10 +55,13 @@ def test_resume_after_kill_equals_uninterrupted(tmp_path, method):
 def test_resume_refuses_other_settings_but_accepts_longer_run(tmp_path):
     first = _trainer(tmp_path, "peagle")
     first.run(progress=False, steps=4)
-    other = _trainer(tmp_path, "peagle", segments=2)
-    with pytest.raises(ValueError, match="differs in num_segments"):
+    other = _trainer(tmp_path, "peagle")
+    other.cfg.lr *= 2
+    with pytest.raises(ValueError, match="differs in lr"):
         other.run(progress=False)
-    longer = _trainer(tmp_path, "peagle", steps=8)                   # e.g. a run cut short by --max-minutes
+    # a longer run (e.g. one cut short by --max-minutes), saved more often, partitioned, padded: all resume
+    longer = _trainer(tmp_path, "peagle", steps=8, segments=2, layout="padded")
+    longer.cfg.checkpoint_every = 3
     longer.run(progress=False)
     assert longer.step == 8 and [r["step"] for r in longer.history] == list(range(1, 9))
 

@@ -26,6 +26,7 @@ from .cod import Elements, cod_sample
 from .data import Sample
 from .loss import LossParts, SeqData, packed_loss, padded_loss, sequence_loss, supervised_mask
 
+RESUME_MAY_CHANGE = ("steps", "checkpoint_every", "num_segments", "layout", "attention")
 LAYOUTS = {"packed": sequence_loss, "per_conversation": packed_loss, "padded": padded_loss}  # padded: per method
 
 
@@ -227,8 +228,11 @@ class Trainer:
         if not self.checkpoint_path.exists():
             return False
         state = torch.load(self.checkpoint_path, map_location=self.device, weights_only=False)
-        # ``steps`` may differ: a run cut short by --max-minutes resumes towards the new total.
-        theirs, ours = dict(state["config"], steps=None), dict(asdict(self.cfg), steps=None)
+        # Settings that change how a step is computed or saved, never which step or its gradient (the
+        # layouts, attention paths and partitioning are proven equal in tests/test_partition.py) may
+        # differ; so may ``steps``: a run cut short by --max-minutes resumes towards the new total.
+        free = dict.fromkeys(RESUME_MAY_CHANGE)
+        theirs, ours = {**state["config"], **free}, {**asdict(self.cfg), **free}
         if theirs != ours:
             diff = sorted(k for k in ours if theirs.get(k) != ours[k])
             raise ValueError(f"{self.checkpoint_path} was written with another training config (differs in "
