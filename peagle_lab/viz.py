@@ -2,7 +2,7 @@
 
 * :func:`acceptance_figure` -- bars per draft position (one trace per method/K), plotly;
 * :func:`acceptance_explorer` -- the same with dropdowns for method, K, prompt set, temperature;
-* :func:`token_stream_html` -- generated text coloured by accepted draft / bonus token, with the
+* :func:`token_stream_html` -- generated text coloured by accepted draft / correction / bonus token, with the
   rejected drafts struck through, so one can watch the drafter at work;
 * :func:`step_view` / :func:`step_html` / :func:`step_explorer` -- one speculative step at a time
   (its K drafts, which the target accepted, where it rejected, the token the target added), with
@@ -93,8 +93,13 @@ def acceptance_explorer(rows: list[dict]):
     return box
 
 
+TARGET_STYLE = "background:#cfe2ff"
+BONUS_STYLE = "background:#ffe08a;font-weight:bold"
+
+
 def token_stream_html(result, decode, show_rejected: bool = True) -> str:
-    """HTML of a speculative generation: green = accepted draft, blue = target's own token."""
+    """HTML of a speculative generation: green = accepted draft, blue = the target's correction,
+    gold = bonus token (every draft of the step accepted), struck-through red = rejected draft."""
     def span(ids, style, title):
         text = html.escape(decode(ids)).replace("\n", "&#8629;<br>")
         return f'<span style="{style}" title="{title}">{text}</span>'
@@ -107,9 +112,12 @@ def token_stream_html(result, decode, show_rejected: bool = True) -> str:
         if show_rejected and n < len(step.drafts):
             parts.append(span(step.drafts[n:], "color:#c0392b;text-decoration:line-through;font-size:80%",
                               "rejected drafts"))
-        parts.append(span([step.next_token], "background:#cfe2ff", "target token (correction or bonus)"))
+        if n == len(step.drafts):   # every draft accepted: the target's token is a free extra one
+            parts.append(span([step.next_token], BONUS_STYLE, "bonus token (all drafts accepted)"))
+        else:                       # the target's own token where the first rejected draft stood
+            parts.append(span([step.next_token], TARGET_STYLE, "correction (target's token)"))
     legend = ('<div style="font-size:85%;margin-bottom:4px"><span style="background:#c8f7c5">accepted draft</span> '
-              '<span style="background:#cfe2ff">target token</span> '
+              f'<span style="{TARGET_STYLE}">correction</span> <span style="{BONUS_STYLE}">bonus</span> '
               '<span style="color:#c0392b;text-decoration:line-through">rejected draft</span></div>')
     return legend + '<div style="font-family:monospace;white-space:pre-wrap;line-height:1.6">' + "".join(parts) + "</div>"
 

@@ -147,3 +147,18 @@ def test_acceptance_explorer_without_source_and_with_one_row():
     assert "source" not in box.dropdowns and len(box.selected()) == 1
     with pytest.raises(ValueError, match="no rows"):
         acceptance_explorer([dict(method="none", k=None, acceptance_per_position=None)])
+
+
+def test_token_stream_colours_accepted_correction_bonus_and_rejected():
+    from types import SimpleNamespace as NS
+
+    from peagle_lab.viz import BONUS_STYLE, TARGET_STYLE, token_stream_html
+    steps = [NS(drafts=[11, 12, 13], accepted=1, next_token=20),      # 11 accepted, 12 13 rejected, 20 corrects
+             NS(drafts=[14, 15, 16], accepted=3, next_token=21)]      # all accepted: 21 is a bonus
+    html = token_stream_html(NS(tokens=[10], steps=steps), lambda ids: "".join(f"<{i}>" for i in ids))
+    body = html.split("</div>", 1)[1]                                  # after the legend
+    assert 'title="accepted 1 of 3 drafts">&lt;11&gt;<' in body
+    assert 'line-through' in body and '&lt;12&gt;&lt;13&gt;' in body
+    assert f'style="{TARGET_STYLE}" title="correction (target\'s token)">&lt;20&gt;' in body
+    assert f'style="{BONUS_STYLE}" title="bonus token (all drafts accepted)">&lt;21&gt;' in body
+    assert body.count("bonus token") == 1 and body.count("correction") == 1
