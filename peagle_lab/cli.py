@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 
 
 def _ints(text: str) -> list[int]:
@@ -113,8 +114,15 @@ def cmd_train(args) -> int:
     device = args.device
     if device == "cuda" and rank_and_world()[1] > 1:
         device = f"cuda:{torch.cuda.current_device()}"
+    t0 = time.perf_counter()
+
+    def mark(what: str) -> None:                        # start-up phases, timed (a slow one shows up in the log)
+        print(f"[{time.perf_counter() - t0:6.1f} s] {what}", file=sys.stderr, flush=True)
+
     target = Target.load(args.target, device=device)
+    mark(f"target loaded on {target.device}")
     samples = load_samples(args.data)
+    mark(f"{len(samples)} conversations loaded")
     ids, coverage = build_draft_vocab(token_counts(samples, target.vocab_size), args.draft_vocab_size)
     print(f"draft vocab {args.draft_vocab_size}: covers {coverage:.1%} of reply tokens in {len(samples)} conversations",
           file=sys.stderr)
@@ -124,6 +132,7 @@ def cmd_train(args) -> int:
                       lr=args.lr, warmup_steps=args.warmup_steps, checkpoint_every=args.checkpoint_every, seed=args.seed,
                       layout=args.layout, attention=args.attention, head_init=args.head_init)
     trainer = Trainer(target, samples, cfg, args.out, ids)
+    mark("trainer ready; training starts")
     history = trainer.run(time_budget_s=60 * args.max_minutes if args.max_minutes else None,
                           progress=rank_and_world()[0] == 0)
     if rank_and_world()[0] != 0:
