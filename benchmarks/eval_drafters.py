@@ -1,10 +1,11 @@
 """Validation acceptance of several drafters on the same prompts (teaching engine, T=0).
 
     python benchmarks/eval_drafters.py --k 7 --num-prompts 10 --max-new-tokens 128 \
-        new-peagle=/tmp/newd/peagle-smollm2 new-eagle=/tmp/newd/eagle-smollm2 \
-        old-peagle=peagle_lab/drafters/peagle-smollm2 old-eagle=peagle_lab/drafters/eagle-smollm2 \
-        --json benchmarks/results/drafter_eval_mtbench_k7.json
+        new-peagle=/tmp/new/peagle-smollm2 new-eagle=/tmp/new/eagle-smollm2 \
+        shipped-peagle=peagle_lab/drafters/peagle-smollm2 shipped-eagle=peagle_lab/drafters/eagle-smollm2 \
+        --json /tmp/eval_k7.json
 
+(benchmarks/results/drafter_eval_mtbench_k7.json holds the runs so far; merge new rows into it.)
 Acceptance does not depend on machine load, so this runs fine beside other jobs (one thread).
 A name containing "peagle" drafts in parallel, any other sequentially (EAGLE-3).
 """

@@ -256,7 +256,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--export-dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
     s.add_argument("--num-layers", type=int, default=2)
     s.add_argument("--intermediate-size", type=int, default=None)
-    s.add_argument("--draft-vocab-size", type=int, default=2048)
+    s.add_argument("--draft-vocab-size", type=int, default=4096)
     s.add_argument("--max-depth", type=int, default=8, help="train depths 0..D-1 (valid for K <= D)")
     s.add_argument("--cod-ratio", type=float, default=0.7)
     s.add_argument("--steps", type=int, default=200)
@@ -267,9 +267,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--warmup-steps", type=int, default=20)
     s.add_argument("--checkpoint-every", type=int, default=50)
     s.add_argument("--max-minutes", type=float, default=None, help="shorten the run to fit this wall time")
-    s.add_argument("--layout", default="packed", choices=["packed", "per_conversation", "padded"],
-                   help="how a batch's conversations run (same gradient): one packed pass, one at a time, "
-                        "or a padded batch, one row per conversation (both methods; least attention work on a GPU)")
+    s.add_argument("--layout", default="padded", choices=["packed", "per_conversation", "padded"],
+                   help="how a batch's conversations run (same gradient): a padded batch, one row per conversation "
+                        "(default; the shipped drafters' layout), one packed pass (with --attention flex on CUDA for "
+                        "P-EAGLE), or one conversation at a time")
     s.add_argument("--attention", default="auto", choices=["auto", "dense", "flex"],
                    help="P-EAGLE mask as a dense tensor or a sparse flex-attention BlockMask (auto: flex on CUDA)")
     s.add_argument("--head-init", default="random", choices=["random", "target"],

@@ -277,9 +277,10 @@ class Eagle3Drafter(nn.Module):
     def init_head_from_target(self, target) -> None:
         """Start ``lm_head`` and the final ``norm`` from the target's own (rows of the draft vocab).
 
-        The drafter's pre-norm output plays the part of the target's last hidden state, so the
-        target's read-out is a far better starting point than random rows (call after
-        :meth:`set_draft_vocab`).
+        The drafter's pre-norm output plays the part of the target's last hidden state, so this
+        was meant as a better start than random rows; a 60-step CPU A/B found no gain
+        (``benchmarks/results/head_init_ab_cpu.json``), so training defaults to random. Call after
+        :meth:`set_draft_vocab`.
         """
         ids = self.to_target_ids(torch.arange(self.cfg.draft_vocab_size, device=self.d2t.device))
         head = target.model.get_output_embeddings().weight
