@@ -151,14 +151,20 @@ def kernel_section(path: Path, r: dict) -> list[str]:
     return lines + [""]
 
 
+def _drafter_head(path: Path, r: dict, where: str, how: str, detail: str) -> list[str]:
+    """Heading, date/device, command and the drafter's shape: the start of a section about one drafter size."""
+    d = r["drafter"]
+    return [f"## `{path.name}`", "", f"- date: {r['date']}; device: {where}", f"- command: `{r['command']}`{how}",
+            f"- drafter: hidden {d['hidden_size']}, {d['num_layers']} layers, {d['num_heads']} heads / {d['num_kv_heads']} KV, {detail}"]
+
+
 def memory_section(path: Path, r: dict) -> list[str]:
     """`benchmarks/bench_train_memory.py`: P-EAGLE training at 8B scale, single pass vs partitioned."""
     d = r["drafter"]
-    lines = [f"## `{path.name}`", "", f"- date: {r['date']}; device: {r['machine']}; torch {r.get('torch')}; {r.get('dtype')}",
-             f"- command: `{r['command']}`",
-             f"- drafter: hidden {d['hidden_size']}, {d['num_layers']} layers, {d['num_heads']} heads / {d['num_kv_heads']} KV, "
-             f"MLP {d['intermediate_size']}, vocab {d['vocab_size']}, draft vocab {d['draft_vocab_size']} "
-             f"({r['weights_gib']:.1f} GiB of weights); COD to depth 8, keep ratio 0.7; one forward + backward", "",
+    lines = _drafter_head(path, r, f"{r['machine']}; torch {r.get('torch')}; {r.get('dtype')}", "",
+                          f"MLP {d['intermediate_size']}, vocab {d['vocab_size']}, draft vocab {d['draft_vocab_size']} "
+                          f"({r['weights_gib']:.1f} GiB of weights); COD to depth 8, keep ratio 0.7; one forward + backward")
+    lines += ["",
              "| tokens | elements | attention | segments | peak GiB | above weights+data GiB | x single-pass | step s |",
              "|---|---|---|---|---|---|---|---|"]
     single = {(x["tokens"], x["attention"]): x for x in r["rows"] if x["segments"] == 1}
@@ -188,11 +194,9 @@ def train_run_section(path: Path, r: dict) -> list[str]:
 def drafter_forward_section(path: Path, r: dict) -> list[str]:
     """`benchmarks/bench_drafter_forward.py`: one parallel pass over K slots vs one slot vs K sequential passes."""
     d = r["drafter"]
-    lines = [f"## `{path.name}`", "", f"- date: {r['date']}; device: {r.get('device')}; torch {r.get('torch')}",
-             f"- command: `{r['command']}` (medians of `triton.testing.do_bench` on a GPU)",
-             f"- drafter: hidden {d['hidden_size']}, {d['num_layers']} layers, {d['num_heads']} heads / {d['num_kv_heads']} KV, "
-             f"head_dim {d['head_dim']}, MLP {d['intermediate_size']} ({d.get('intermediate_size_note', '')}), vocab {d['vocab_size']}, "
-             f"draft vocab {d['draft_vocab_size']}, {d['dtype']}, {d['weights']} weights"]
+    lines = _drafter_head(path, r, f"{r.get('device')}; torch {r.get('torch')}", " (medians of `triton.testing.do_bench` on a GPU)",
+                          f"head_dim {d['head_dim']}, MLP {d['intermediate_size']} ({d.get('intermediate_size_note', '')}), "
+                          f"vocab {d['vocab_size']}, draft vocab {d['draft_vocab_size']}, {d['dtype']}, {d['weights']} weights")
     lines += [f"- {note}" for note in r.get("notes", [])] + ["",
              "| compile | B | K | single ms | parallel (P-EAGLE) ms | K sequential (EAGLE-3) ms | parallel / single | sequential / single |",
              "|---|---|---|---|---|---|---|---|"]
