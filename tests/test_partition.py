@@ -179,8 +179,10 @@ def test_flex_gradients_equal_dense_on_cuda(method):
             results[attention, segments] = (parts.loss_sum, {k: p.grad.clone() for k, p in drafter.named_parameters()
                                                              if p.grad is not None})
     ref_loss, ref = results["dense", 1]
+    report, bad = [], []                              # every number in one message: a log tail keeps it whole
     for key, (loss, grads) in results.items():
-        assert torch.allclose(loss, ref_loss, rtol=1e-4), key
-        for k, g in ref.items():
-            rel = (g - grads[k]).norm() / g.norm().clamp_min(1e-30)
-            assert rel <= 1e-3, f"{key} {k}: relative gradient error {rel:.2e}"
+        loss_rel = float((loss - ref_loss).abs() / ref_loss.abs())
+        worst = max(((float((g - grads[k]).norm() / g.norm().clamp_min(1e-30)), k) for k, g in ref.items()))
+        report.append(f"{key}: loss rel {loss_rel:.1e}, worst grad rel {worst[0]:.1e} ({worst[1]})")
+        bad += [key] if loss_rel > 1e-4 or worst[0] > 1e-3 else []
+    assert not bad, "flex vs dense on CUDA: " + "; ".join(report)
