@@ -18,7 +18,11 @@ request has ``--context`` cached drafter slots, and one decoding step costs:
 
 Times are medians from ``triton.testing.do_bench`` (CUDA events) on a GPU, from
 ``time.perf_counter`` on CPU (``--tiny`` only). ``--compile reduce-overhead`` runs the same forward
-through ``torch.compile(mode="reduce-overhead")`` (CUDA graphs). Every row also records a
+through ``torch.compile(mode="reduce-overhead")`` (CUDA graphs; its chained sequential passes failed on
+2026-12-01: a graph's outputs are overwritten by its next replay). ``--compile cudagraph`` captures
+each whole step -- the single pass, the parallel pass, all K sequential passes with their argmax in
+between -- as one ``torch.cuda.CUDAGraph`` over static inputs and times its replay: no Python or
+launch overhead left, the way vLLM runs drafting in CUDA graphs. Every row also records a
 correctness check: slot 0 of the parallel pass and the first sequential pass must give the
 single pass's logits. Not run by CI at full size: it needs a CUDA device.
 """
@@ -83,8 +87,28 @@ def timer(device: str, reps: int = 7):
     return cpu
 
 
+def graphed(fn):
+    """``fn`` captured once as a CUDA graph (after warm-up on a side stream); calling the result replays
+    it and returns the captured outputs (static tensors refreshed by each replay)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = fn()
+
+    def replay():
+        graph.replay()
+        return out
+    replay.graph = graph
+    return replay
+
+
 @torch.inference_mode()
-def measure(drafter, fwd, B: int, K: int, context: int, device: str, bench) -> dict:
+def measure(drafter, fwd, B: int, K: int, context: int, device: str, bench, cuda_graph: bool = False) -> dict:
     c, H = drafter.cfg, drafter.cfg.hidden_size
     dtype = next(drafter.parameters()).dtype
     g = torch.Generator(device=device).manual_seed(B * 100 + K)
@@ -114,6 +138,8 @@ def measure(drafter, fwd, B: int, K: int, context: int, device: str, bench) -> d
             ids, h, pos = drafter.to_target_ids(logits[:, -1:].argmax(-1)), prenorm[:, -1:], pos + 1
         return first
 
+    if cuda_graph:
+        single, parallel, sequential = graphed(single), graphed(parallel), graphed(sequential)
     ref = single()[1][:, 0].float()
     check = {"parallel_slot0_max_abs_diff": float((parallel()[1][:, 0].float() - ref).abs().max()),
              "sequential_pass1_max_abs_diff": float((sequential()[:, 0].float() - ref).abs().max()),
@@ -130,7 +156,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--batch", default="1,8,64", help="batch sizes B, comma-separated")
     ap.add_argument("--k", default="3,5,7", help="draft lengths K, comma-separated")
     ap.add_argument("--context", type=int, default=1024, help="cached drafter slots per request")
-    ap.add_argument("--compile", default="none", help="comma list of none, default, reduce-overhead (CUDA graphs)")
+    ap.add_argument("--compile", default="none", help="comma list of none, default, reduce-overhead, cudagraph (whole step as one CUDA graph)")
     ap.add_argument("--intermediate-size", type=int, default=None, help="drafter MLP width (default 4 x hidden)")
     ap.add_argument("--draft-vocab-size", type=int, default=32000)
     ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
@@ -148,9 +174,11 @@ def main(argv: list[str] | None = None) -> None:
     intermediate = args.intermediate_size or 4 * shape["hidden_size"]
     draft_vocab = 256 if args.tiny else args.draft_vocab_size
     modes = [m.strip() for m in args.compile.split(",") if m.strip()]
-    bad = [m for m in modes if m not in ("none", "default", "reduce-overhead")]
+    bad = [m for m in modes if m not in ("none", "default", "reduce-overhead", "cudagraph")]
     if bad:
-        raise SystemExit(f"unknown --compile mode(s) {bad}; use none, default or reduce-overhead")
+        raise SystemExit(f"unknown --compile mode(s) {bad}; use none, default, reduce-overhead or cudagraph")
+    if "cudagraph" in modes and device != "cuda":
+        raise SystemExit("--compile cudagraph needs a CUDA GPU")
 
     drafter = build(shape, intermediate, draft_vocab, dtype, device)
     threads = torch.get_num_threads()
@@ -175,14 +203,14 @@ def main(argv: list[str] | None = None) -> None:
 
     for mode in modes:
         fwd = forward_fn(drafter)
-        if mode != "none":
+        if mode not in ("none", "cudagraph"):
             import torch._dynamo as dynamo
 
             dynamo.config.cache_size_limit = max(dynamo.config.cache_size_limit, 256)   # one graph per cache length
             fwd = torch.compile(fwd, mode=None if mode == "default" else mode, dynamic=False)
         for B in batches:
             for K in ks:
-                row = {"compile": mode, **measure(drafter, fwd, B, K, context, device, bench)}
+                row = {"compile": mode, **measure(drafter, fwd, B, K, context, device, bench, cuda_graph=mode == "cudagraph")}
                 rows.append(row)
                 print(json.dumps(row), file=sys.stderr)
                 write()

@@ -130,7 +130,8 @@ def cmd_train(args) -> int:
                       draft_vocab_size=args.draft_vocab_size, max_depth=args.max_depth, cod_ratio=args.cod_ratio,
                       steps=args.steps, batch_size=args.batch_size, max_len=args.max_len, num_segments=args.segments,
                       lr=args.lr, warmup_steps=args.warmup_steps, checkpoint_every=args.checkpoint_every, seed=args.seed,
-                      layout=args.layout, attention=args.attention, head_init=args.head_init)
+                      layout=args.layout, attention=args.attention, head_init=args.head_init,
+                      group_by_length=args.group_by_length)
     trainer = Trainer(target, samples, cfg, args.out, ids)
     mark("trainer ready; training starts")
     history = trainer.run(time_budget_s=60 * args.max_minutes if args.max_minutes else None,
@@ -273,6 +274,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "P-EAGLE), or one conversation at a time")
     s.add_argument("--attention", default="auto", choices=["auto", "dense", "flex"],
                    help="P-EAGLE mask as a dense tensor or a sparse flex-attention BlockMask (auto: flex on CUDA)")
+    s.add_argument("--group-by-length", action="store_true",
+                   help="batches of similar-length conversations (less padding on a GPU)")
     s.add_argument("--head-init", default="random", choices=["random", "target"],
                    help="lm_head and the final norm at random (default) or from the target's rows of the draft vocab "
                         "(no gain after 60 CPU steps: benchmarks/results/head_init_ab_cpu.json)")

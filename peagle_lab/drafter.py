@@ -23,6 +23,7 @@ import json
 import os
 import shutil
 import tempfile
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -169,7 +170,16 @@ def _flex_attention(q, k, v, block_mask):
         return flex_attention(q, k, v, block_mask=block_mask, enable_gqa=True)
     if "cuda" not in _FLEX:
         _FLEX["cuda"] = torch.compile(flex_attention, dynamic=True)
-    return _FLEX["cuda"](q, k, v, block_mask=block_mask, enable_gqa=True)
+    try:
+        return _FLEX["cuda"](q, k, v, block_mask=block_mask, enable_gqa=True)
+    except Exception as e:  # noqa: BLE001 -- Inductor's errors have no stable public class
+        if _FLEX.get("static") or "NoValidChoices" not in repr(e):
+            raise
+        # Seen on an H200 (torch 2.11, float32, head_dim 16): the dynamic-shape flex template had no valid
+        # configuration. Compile per shape instead (slower to start, same numbers).
+        warnings.warn("flex attention: no dynamic-shape kernel for these inputs; compiling per shape instead")
+        _FLEX["cuda"] = _FLEX["static"] = torch.compile(flex_attention, dynamic=False)
+        return _FLEX["cuda"](q, k, v, block_mask=block_mask, enable_gqa=True)
 
 
 class Attention(nn.Module):

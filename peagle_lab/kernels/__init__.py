@@ -22,7 +22,16 @@ import torch
 
 from .reference import EagleInputs, copy_and_expand_eagle_inputs_torch, output_length
 
-BLOCK = 128
+BLOCK = 128                     # most output slots one program handles
+
+
+def launch_config(per_request: int) -> tuple[int, int]:
+    """(BLOCK, num_warps) for requests of up to ``per_request`` output slots.
+
+    Decode batches have K + 1 + K slots per request: one small program each (16 lanes, one warp)
+    does the job; long prefills take 128-slot blocks with 4 warps."""
+    block = min(BLOCK, max(16, 1 << max(0, per_request - 1).bit_length()))
+    return block, 1 if block <= 32 else 2 if block <= 64 else 4
 
 
 def _kernel_outputs(n_in: int, num_reqs: int, k: int, shift: bool, device) -> EagleInputs:
@@ -50,12 +59,14 @@ def _kernel_outputs(n_in: int, num_reqs: int, k: int, shift: bool, device) -> Ea
 def copy_and_expand_eagle_inputs(*, target_token_ids, target_positions, next_token_ids, query_start_loc,
                                  query_end_loc, padding_token_id: int, parallel_drafting_token_id: int,
                                  num_padding_slots_per_request: int, shift_input_ids: bool = True,
-                                 backend: str = "auto", max_query_len: int | None = None) -> EagleInputs:
+                                 backend: str = "auto", max_query_len: int | None = None,
+                                 launch: tuple[int, int] | None = None) -> EagleInputs:
     """Build the drafter input for a ragged batch (see :mod:`peagle_lab.kernels.reference`).
 
     ``backend``: ``"triton"`` (GPU, or Triton's interpreter on CPU), ``"torch"`` (the reference),
     or ``"auto"`` = Triton on CUDA tensors, and on CPU the reference unless ``TRITON_INTERPRET=1``.
     ``max_query_len`` (longest query in the batch) sizes the grid; pass it to avoid a host sync.
+    ``launch``: (BLOCK, num_warps) instead of :func:`launch_config`'s choice (benchmarks compare them).
     """
     k = num_padding_slots_per_request
     if k < 1:
@@ -79,13 +90,14 @@ def copy_and_expand_eagle_inputs(*, target_token_ids, target_positions, next_tok
     if max_query_len is None:
         max_query_len = int((query_start_loc[1:] - query_start_loc[:-1]).max()) if num_reqs else 0
     per_request = max_query_len + k                              # output slots of the longest request
-    grid = (num_reqs, (per_request + BLOCK - 1) // BLOCK)
+    block, warps = launch or launch_config(per_request)
+    grid = (num_reqs, (per_request + block - 1) // block)
     compiled(not on_gpu)[grid](
         target_token_ids, target_positions, next_token_ids,
         out.input_ids, out.positions, out.is_rejected_token_mask, out.is_masked_token_mask,
         out.new_token_indices, out.hidden_state_mapping,
         query_start_loc, query_end_loc, padding_token_id, parallel_drafting_token_id, n_in, k,
-        SHIFT=shift_input_ids, BLOCK=BLOCK)
+        SHIFT=shift_input_ids, BLOCK=block, num_warps=warps)
     return out
 
 

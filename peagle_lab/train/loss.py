@@ -155,10 +155,8 @@ def padded_parallel_loss(drafter: Eagle3Drafter, el: Elements, data: SeqData, *,
     ids = torch.where(d0, data.tokens[(anchor + 1).clamp(max=n - 1)], drafter.cfg.mask_token_id)
     real_hidden = drafter.project(data.aux[anchor])                          # (B, E, H)
     hidden = torch.where(d0[..., None], real_hidden, drafter.projected_mask_hidden().to(real_hidden.dtype))
-    mask = torch.zeros(B, E, E, dtype=torch.bool, device=dev)
-    for b, g in enumerate(groups):
-        m = g.numel()
-        mask[b, :m, :m] = peagle_mask(el.select(g), el.select(g))
+    row = Elements(anchor, depth, sub.doc.view(B, E))
+    mask = peagle_mask(row, row) & real[:, :, None] & real[:, None, :]       # (B, E, E), one batched build
     mask |= torch.eye(E, dtype=torch.bool, device=dev)                       # padding rows see themselves
     _, logits = drafter(ids, hidden, None, positions=anchor + depth, attn_mask=mask[:, None])
     parts = _loss_from_logits(logits[real], el.select(index[real]), data, max_depth,

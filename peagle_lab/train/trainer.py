@@ -9,6 +9,7 @@ function of ``(seed, step)``, so a run resumed from its checkpoint repeats no st
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -48,10 +49,12 @@ class TrainConfig:
     grad_clip: float = 1.0
     checkpoint_every: int = 50
     seed: int = 0
-    amp_bf16: bool = True               # bf16 autocast on CUDA
+    amp_bf16: bool = True               # bf16 autocast on CUDA (the drafter)
+    target_bf16: bool = True            # the target's feature pass under bf16 autocast on CUDA (fp32 ran ~8x slower)
     layout: str = "packed"              # "packed" | "per_conversation" | "padded": same gradient
     attention: str = "auto"             # "auto" (flex on CUDA, dense on CPU) | "dense" | "flex": same loss
     head_init: str = "random"           # "random" | "target": lm_head/norm start from the target's rows
+    group_by_length: bool = False       # batches of similar lengths (less padding; still a random order of batches)
 
 
 def _lr_lambda(cfg: TrainConfig):
@@ -78,6 +81,20 @@ def init_distributed() -> None:
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
 
 
+def sdpa_backends(device: torch.device):
+    """Scaled-dot-product attention without the cuDNN backend on CUDA (a no-op elsewhere).
+
+    Every training step has new shapes (batch width, elements per row), and cuDNN builds an
+    execution plan per shape on the host: on an H200 (2026-12-01, benchmarks/bench_train_step.py)
+    that plan building took ~75% of a step's host time while the GPU idled. Flash and
+    memory-efficient attention have no per-shape set-up."""
+    if device.type != "cuda":
+        return contextlib.nullcontext()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    return sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH])
+
+
 def cod_for_conversations(data: SeqData, cfg: "TrainConfig", step: int, global_ids: list[int]) -> Elements:
     """COD elements drawn per conversation, each from a generator seeded by (seed, step, its index in
     the global batch): the elements of a conversation do not depend on which process packs it."""
@@ -96,8 +113,10 @@ def cod_for_conversations(data: SeqData, cfg: "TrainConfig", step: int, global_i
 
 
 @torch.no_grad()
-def target_batch(target, samples: list[Sample], draft_ids: torch.Tensor, max_len: int) -> SeqData:
-    """Run the target over ``samples`` and pack them into one sequence (doc ids in ``.doc``)."""
+def target_batch(target, samples: list[Sample], draft_ids: torch.Tensor, max_len: int, bf16: bool = False) -> SeqData:
+    """Run the target over ``samples`` and pack them into one sequence (doc ids in ``.doc``).
+
+    ``bf16``: the target's pass under bf16 autocast (CUDA only); logits and features come back in float32."""
     rows = [s.ids[:max_len] for s in samples]
     width = max(r.numel() for r in rows)
     ids = torch.zeros(len(rows), width, dtype=torch.long)
@@ -105,14 +124,37 @@ def target_batch(target, samples: list[Sample], draft_ids: torch.Tensor, max_len
     for i, r in enumerate(rows):
         ids[i, : r.numel()] = r
         attn[i, : r.numel()] = 1
-    hidden, aux = target.features(ids, attn)                                # (B, N, H), (B, N, 3H)
-    w = target.model.get_output_embeddings().weight[draft_ids.to(target.device)]  # (Vd, H)
-    logits = hidden @ w.T                                                   # (B, N, Vd)
+    amp = bf16 and target.device.type == "cuda"
+    with torch.autocast("cuda", dtype=torch.bfloat16, enabled=amp):
+        hidden, aux = target.features(ids, attn)                            # (B, N, H), (B, N, 3H)
+        w = target.model.get_output_embeddings().weight[draft_ids.to(target.device)]  # (Vd, H)
+        logits = hidden @ w.T                                               # (B, N, Vd)
+    aux, logits = aux.float(), logits.float()
     keep = attn.bool().to(target.device)
     sup = torch.cat([s.supervised[:max_len] for s in samples])
     doc = torch.cat([torch.full((r.numel(),), i, dtype=torch.long) for i, r in enumerate(rows)])
     return SeqData(ids[attn.bool()].to(target.device), aux[keep], logits[keep], sup.to(target.device),
                    doc.to(target.device))
+
+
+def sample_order(samples: list[Sample], cfg: TrainConfig) -> list[int]:
+    """The order conversations are visited in, a function of the seed alone (so resume is exact).
+
+    With ``group_by_length``: shuffle, cut into chunks of 64 batches, sort each chunk by length,
+    cut it into batches and shuffle the batches (the way HF's group_by_length works): a batch holds
+    conversations of similar length, so the padded target and drafter passes waste little."""
+    g = torch.Generator().manual_seed(cfg.seed)
+    perm = torch.randperm(len(samples), generator=g)
+    if not cfg.group_by_length:
+        return perm.tolist()
+    lengths = torch.tensor([min(s.ids.numel(), cfg.max_len) for s in samples])
+    b = cfg.batch_size
+    chunks = [c[lengths[c].argsort(descending=True, stable=True)] for c in perm.split(64 * b)]
+    batches = [x for c in chunks for x in c.split(b)]
+    full = [x for x in batches if x.numel() == b]
+    rest = [x for x in batches if x.numel() < b]
+    shuffled = [full[i] for i in torch.randperm(len(full), generator=g).tolist()]
+    return torch.cat(shuffled + rest).tolist()
 
 
 class Trainer:
@@ -147,7 +189,7 @@ class Trainer:
         self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, _lr_lambda(cfg))
         self.step = 0
         self.history: list[dict] = []
-        self.order = torch.randperm(len(samples), generator=torch.Generator().manual_seed(cfg.seed)).tolist()
+        self.order = sample_order(samples, cfg)
 
     # ----------------------------------------------------------------------------- one step
     def batch_for(self, step: int) -> list[Sample]:
@@ -158,12 +200,17 @@ class Trainer:
         """One optimiser step. Under torchrun each process takes every world-th conversation of the
         global batch; the loss is divided by the *global* count of supervised elements and the
         gradients are summed across processes, so the step equals the single-process one."""
+        with sdpa_backends(self.device):
+            return self._train_step()
+
+    def _train_step(self) -> dict:
         cfg, step = self.cfg, self.step
         rank, world = rank_and_world()
         t0 = time.perf_counter()
         global_ids = list(range(rank, cfg.batch_size, world))
         batch = self.batch_for(step)
-        data = target_batch(self.target, [batch[i] for i in global_ids], self.draft_ids, cfg.max_len)
+        data = target_batch(self.target, [batch[i] for i in global_ids], self.draft_ids, cfg.max_len,
+                            bf16=cfg.target_bf16)
         el = cod_for_conversations(data, cfg, step, global_ids)
         el = Elements(el.anchor.to(self.device), el.depth.to(self.device), el.doc.to(self.device))
         count = torch.tensor(int(supervised_mask(el, data).sum()))
