@@ -139,13 +139,15 @@ def knobs_section(path: Path, r: dict) -> list[str]:
 def kernel_section(path: Path, r: dict) -> list[str]:
     """`benchmarks/bench_kernel.py`: fused Triton kernel vs the torch reference vs an empty launch."""
     lines = [f"## `{path.name}`", "", f"- date: {r['date']}; device: {r.get('device')}; torch {r.get('torch')}, triton {r.get('triton')}",
-             f"- command: `{r['command']}` (medians of `triton.testing.do_bench`)", "",
+             f"- command: `{r['command']}` (medians of `triton.testing.do_bench`)"] + [f"- {n}" for n in r.get("notes", [])] + ["",
              "| requests | K | with a 512-token prefill | Triton (launcher) us | torch reference us | empty launch us | x faster than torch | x launch floor |"
              " Triton in a CUDA graph us | empty in a CUDA graph us | graph x floor |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for x in r["rows"]:
-        graph = (f"{1000 * x['triton_graph_ms']:.1f} | {1000 * x['empty_graph_ms']:.1f} | {x['graph_x_floor']:.1f}"
+        graph = (f"{1000 * x['triton_graph_ms']:.2f} | {1000 * x['empty_graph_ms']:.2f} | {x['graph_x_floor']:.2f}"
                  if "triton_graph_ms" in x else "- | - | -")
+        if "graph_x_floor_block128_warps4" in x:
+            graph += f" (launch {x['launch'][0]} slots / {x['launch'][1]} warps; 128 / 4: {x['graph_x_floor_block128_warps4']:.2f})"
         lines.append(f"| {x['num_reqs']} | {x['k']} | {x['with_prefill']} | {1000 * x['triton_ms']:.1f} | {1000 * x['torch_ref_ms']:.1f} | "
                      f"{1000 * x['empty_launch_ms']:.1f} | {x['speedup_vs_torch']:.0f} | {x['x_launch_floor']:.1f} | {graph} |")
     return lines + [""]
@@ -206,7 +208,22 @@ def drafter_forward_section(path: Path, r: dict) -> list[str]:
     return lines + [""]
 
 
-SECTIONS = {"kernel_": kernel_section, "train_memory_": memory_section, "drafter_forward_": drafter_forward_section}
+def train_step_section(path: Path, r: dict) -> list[str]:
+    """`benchmarks/bench_train_step.py`: the trainer's step on a random SmolLM2-shaped target, per configuration."""
+    lines = [f"## `{path.name}`", "", f"- date: {r['date']}; device: {r['machine']}; torch {r.get('torch')}",
+             f"- command: `{r['command']}` (3 warm-up steps, then timed steps; CUDA synchronised)"]
+    lines += [f"- {note}" for note in r.get("notes", [])] + ["",
+              "| method | B | target pass | SDPA may use cuDNN | batches by length | s/step median | s/step mean | supervised elements/s | peak GiB |",
+              "|---|---|---|---|---|---|---|---|---|"]
+    for x in r["rows"]:
+        cudnn = x.get("sdpa_cudnn_allowed", True)
+        lines.append(f"| {x['method']} | {x['batch_size']} | {'bf16' if x['target_bf16'] else 'fp32'} | {cudnn} | "
+                     f"{x.get('group_by_length', False)} | {x['step_s_median']:.3f} | {x.get('step_s_mean', float('nan')):.3f} | "
+                     f"{x.get('supervised_per_s', float('nan')):,.0f} | {x['peak_gib']:.1f} |")
+    return lines + [""]
+
+
+SECTIONS = {"train_step_": train_step_section, "kernel_": kernel_section, "train_memory_": memory_section, "drafter_forward_": drafter_forward_section}
 
 
 def main() -> None:

@@ -17,7 +17,7 @@ def random_drafter(target, *, parallel: bool, num_layers: int = 1, draft_vocab_s
     if scale is not None:  # peakier random distributions for statistical tests
         with torch.no_grad():
             d.lm_head.weight.mul_(scale)
-    return d.eval()
+    return d.to(target.device).eval()           # the target's device (PEAGLE_TEST_DEVICE=cuda runs on a GPU)
 
 
 def tiny_target(vocab: int = 8, seed: int = 0, logit_scale: float = 1.0, head_dim: int = 8) -> Target:

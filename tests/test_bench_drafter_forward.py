@@ -21,3 +21,16 @@ def test_tiny_run_writes_rows_and_checks_hold(tmp_path):
         c = x["check"]
         assert c["parallel_slot0_max_abs_diff"] <= 1e-5 * max(1.0, c["logit_scale"]), c
         assert c["sequential_pass1_max_abs_diff"] <= 1e-5 * max(1.0, c["logit_scale"]), c
+
+
+def test_cudagraph_mode_needs_a_gpu(tmp_path):
+    import pytest
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this checks the CPU refusal")
+    spec = importlib.util.spec_from_file_location("bench_drafter_forward", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    with pytest.raises(SystemExit, match="cudagraph needs a CUDA GPU"):
+        mod.main(["--tiny", "--compile", "cudagraph", "--json", str(tmp_path / "x.json")])

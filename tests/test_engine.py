@@ -50,7 +50,7 @@ def test_greedy_equal_with_partial_acceptance(target, mtbench_ids, references, d
         g = known - len(ids)
         truth = (ref + [0] * 64)[g: g + k]
         cut = int(torch.randint(0, k + 1, (1,), generator=rng))
-        tokens = torch.tensor(truth[:cut] + [(t + 1) % target.vocab_size for t in truth[cut:]])
+        tokens = torch.tensor(truth[:cut] + [(t + 1) % target.vocab_size for t in truth[cut:]], device=target.device)
         return drafting.Draft(tokens, None)
 
     monkeypatch.setitem(engine.DRAFTERS, method, assisted)
@@ -81,6 +81,7 @@ def test_drafter_cache_rollback_equals_never_seen(target, drafters):
     torch.manual_seed(0)
     ids, aux = torch.randint(0, 1000, (1, 12)), torch.randn(1, 12, H3)
     new_ids, new_aux = torch.randint(0, 1000, (1, 3)), torch.randn(1, 3, H3)
+    ids, aux, new_ids, new_aux = (t.to(target.device) for t in (ids, aux, new_ids, new_aux))
     with torch.inference_mode():
         c1 = d.new_cache()
         d(ids[:, :8], d.project(aux[:, :8]), c1)

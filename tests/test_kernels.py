@@ -55,6 +55,22 @@ def test_kernel_equals_reference(case, k, shift, monkeypatch):
     assert out.is_rejected_token_mask.sum() == sum(rej)
 
 
+@pytest.mark.parametrize("launch", [(16, 1), (32, 1), (128, 4)])
+def test_every_launch_shape_gives_the_reference(launch, monkeypatch):
+    """The grid follows BLOCK: programs of 16, 32 or 128 slots cover prefills and decodes alike."""
+    from peagle_lab.kernels import launch_config
+
+    monkeypatch.setenv("PEAGLE_KERNEL_POISON", "1")
+    lens, rej = CASES["mixed, many requests"]
+    batch = make_batch(lens, rej, seed=11)
+    ref = copy_and_expand_eagle_inputs(**batch, num_padding_slots_per_request=5, backend="torch")
+    out = copy_and_expand_eagle_inputs(**batch, num_padding_slots_per_request=5, backend="triton", launch=launch)
+    for name in ("input_ids", "positions", "is_rejected_token_mask", "is_masked_token_mask", "new_token_indices",
+                 "hidden_state_mapping"):
+        assert torch.equal(getattr(ref, name), getattr(out, name)), name
+    assert launch_config(8 + 7) == (16, 1) and launch_config(130 + 7) == (128, 4) and launch_config(40) == (64, 2)
+
+
 @pytest.mark.parametrize("backend", ["torch", "triton"])
 def test_vllm_worked_example(backend):
     """vLLM's own test case: K=3, shift on, mask id -2, padding 0, request 0 rejected one token."""

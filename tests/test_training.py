@@ -145,3 +145,39 @@ def test_head_init_from_target_reads_out_like_the_target(tmp_path):
         assert torch.allclose(got, want, atol=1e-5) is equal
     with pytest.raises(ValueError, match="head_init"):
         Trainer(tgt, _samples(), TrainConfig(head_init="zeros", draft_vocab_size=40), tmp_path / "bad", ids)
+
+
+def test_sample_order_grouped_by_length_is_a_seeded_permutation_of_similar_batches():
+    from peagle_lab.train.trainer import sample_order
+
+    g = torch.Generator().manual_seed(3)
+    samples = [Sample(torch.zeros(int(n), dtype=torch.long), 1) for n in torch.randint(5, 500, (1000,), generator=g)]
+    lengths = [s.ids.numel() for s in samples]
+    cfg = TrainConfig(batch_size=8, max_len=768, seed=5, group_by_length=True)
+    order = sample_order(samples, cfg)
+    assert sorted(order) == list(range(1000))                         # every conversation once
+    assert order == sample_order(samples, cfg)                        # a function of the seed (resume is exact)
+    assert order != sample_order(samples, TrainConfig(batch_size=8, seed=6, group_by_length=True))
+    plain = sample_order(samples, TrainConfig(batch_size=8, seed=5))
+
+    def mean_spread(o):                                               # longest - shortest within each full batch
+        batches = [o[i: i + 8] for i in range(0, 1000 - 7, 8)]
+        return sum(max(lengths[j] for j in b) - min(lengths[j] for j in b) for b in batches) / len(batches)
+    assert mean_spread(order) < 0.2 * mean_spread(plain), (mean_spread(order), mean_spread(plain))
+    first_lengths = [lengths[j] for j in order[:64]]                  # batches come in a shuffled order, not sorted
+    assert first_lengths != sorted(first_lengths, reverse=True)
+
+
+def test_target_batch_bf16_flag_changes_nothing_off_cuda():
+    """The bf16 target pass is a CUDA-only speed-up: on a CPU the features and logits are the fp32 ones."""
+    from peagle_lab.train.trainer import sdpa_backends, target_batch
+
+    tgt = tiny_target(vocab=50, seed=0)
+    samples, ids = _samples(4), torch.arange(40)
+    a = target_batch(tgt, samples, ids, max_len=30, bf16=False)
+    with sdpa_backends(tgt.device):                                   # a no-op context off CUDA
+        b = target_batch(tgt, samples, ids, max_len=30, bf16=True)
+    for name in ("tokens", "aux", "target_logits", "supervised", "doc"):
+        x, y = getattr(a, name), getattr(b, name)
+        assert x.dtype == y.dtype and torch.equal(x, y), name
+    assert a.aux.dtype == torch.float32 and a.target_logits.shape == (a.tokens.numel(), 40)

@@ -86,7 +86,7 @@ def sdpa_backends(device: torch.device):
 
     Every training step has new shapes (batch width, elements per row), and cuDNN builds an
     execution plan per shape on the host: on an H200 (2026-12-01, benchmarks/bench_train_step.py)
-    that plan building took ~75% of a step's host time while the GPU idled. Flash and
+    that plan building held 56-81% of the host time while the GPU idled. Flash and
     memory-efficient attention have no per-shape set-up."""
     if device.type != "cuda":
         return contextlib.nullcontext()
