@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Next training session (after 06_park.sh x2): join and convert the GGUF, then start every run in $RUNS in the
+# background (setsid: they outlive this call and export themselves), side by side on the one GPU with the same
+# data, batch and wall time; 11_collect.sh (the next call, within 30 s) waits for their exports.
+#   RUNS="name:method:layers:mlp:vd ..."   default: the shipped EAGLE-3 shape against two deeper P-EAGLE
+#   drafters that still fit 16 MiB (3 layers MLP 256 Vd 4096: 15.1 MiB; 4 layers MLP 256 Vd 2048: 15.4 MiB).
+# Batches grouped by length (1.5x supervised elements/s on the H200: results/train_step_grouped_h200.json).
+# Carry: parts/gguf.part-02 parts/wheels
+set -uxo pipefail
+export PEAGLE_GGUF=/tmp/pk/SmolLM2-135M-Instruct.Q4_1.gguf PEAGLE_CACHE=/tmp/pk/cache PYTHONPATH=. PYTHONUNBUFFERED=1
+python -m pip install -q --no-deps parts/wheels/*.whl
+[ -f "$PEAGLE_GGUF" ] || cat /tmp/pk/gguf.part-00 /tmp/pk/gguf.part-01 parts/gguf.part-02 > "$PEAGLE_GGUF"
+python -c "from peagle_lab.assets import resolve_target; print(resolve_target(None))" 2>&1 | tail -n 1
+rm -rf /tmp/pk/code && mkdir -p /tmp/pk/code /tmp/pk/mix && cp -r peagle_lab /tmp/pk/code/
+for f in /tmp/pk/data/shard-*.pt; do b=$(basename "$f"); ln -sf "$f" "/tmp/pk/mix/shard-0${b#shard-}"; done
+for f in /tmp/pk/data_t07/shard-*.pt; do b=$(basename "$f"); ln -sf "$f" "/tmp/pk/mix/shard-1${b#shard-}"; done
+RUNS=${RUNS:-"eagle-smollm2:eagle:1:1024:4096 peagle3-smollm2:peagle:3:256:4096 peagle4-smollm2:peagle:4:256:2048"}
+echo "$RUNS" > /tmp/pk/runs.txt
+cd /tmp/pk/code
+for r in $RUNS; do
+  IFS=: read -r name method layers mlp vd <<< "$r"
+  OMP_NUM_THREADS=4 setsid nohup python -m peagle_lab train --method "$method" --num-layers "$layers" \
+    --intermediate-size "$mlp" --draft-vocab-size "$vd" --group-by-length --out "/tmp/pk/run-$name" --export "/tmp/pk/$name" \
+    --data /tmp/pk/mix --device cuda --max-depth 8 --batch-size ${BATCH:-32} --max-len 768 --steps 100000 \
+    --warmup-steps 100 --lr ${LR:-1e-3} --checkpoint-every 200 --max-minutes ${TRAIN_MINUTES:-13} \
+    > "/tmp/pk/train-$name.log" 2>&1 < /dev/null &
+done
+cd - >/dev/null
+echo "training started at ${SECONDS} s"
+left=$(( ${CALL_SECONDS:-550} - SECONDS )); [ "$left" -gt 0 ] && sleep "$left"
+for r in $RUNS; do name=${r%%:*}; grep -a '^\[' "/tmp/pk/train-$name.log"; tail -c 300 "/tmp/pk/train-$name.log"; echo; done
