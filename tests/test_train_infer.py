@@ -51,3 +51,39 @@ def test_training_logits_equal_engine_logits(target, mtbench_ids, method):
         assert got.shape == want.shape
         torch.testing.assert_close(got, want, rtol=1e-3, atol=1e-3)
         assert torch.equal(got.argmax(-1), want.argmax(-1))
+
+
+@pytest.mark.parametrize("method", ["peagle", "eagle"])
+def test_replay_gives_the_engines_steps(target, mtbench_ids, method):
+    """Replaying the greedy reply through the training graph predicts every step of the engine."""
+    from peagle_lab.train.replay import replay_acceptance
+
+    drafter = load_drafter(shipped()[f"{method}-smollm2"], target)
+    budget, k = 40, 4
+    total = None
+    eos = tuple(target.eos_token_ids)
+    prompts = [mtbench_ids[0], mtbench_ids[1], target.chat_ids("Reply with one word: yes or no?")]
+    ends = []
+    for prompt in prompts:
+        reply = generate(target, prompt, method="ar", max_new_tokens=budget + k + 1, stop_at_eos=False).tokens
+        spec = generate(target, prompt, method=method, drafter=drafter, k=k, max_new_tokens=budget)
+        assert spec.tokens == generate(target, prompt, method="ar", max_new_tokens=budget).tokens
+        rep = replay_acceptance(target, drafter, prompt, reply, method=method, k=k, max_new_tokens=budget, eos=eos)
+        assert rep.steps[0] == [s.accepted for s in spec.steps]
+        assert rep.stats.accepted_per_pos == spec.acceptance.accepted_per_pos
+        total = rep if total is None else total.merge(rep)
+        ends.append(len(spec.tokens))
+    assert total.stats.num_drafts == sum(len(s) for s in total.steps)
+    assert min(ends) < budget            # the short answer ends at EOS inside the budget
+    assert 0.0 < total.coverage <= 1.0 and total.reply_tokens == sum(ends)
+    # position 0 over the visited anchors is exactly the engine's position-0 acceptance
+    assert total.hits_visited[0].item() == total.stats.accepted_per_pos[0]
+    assert total.count_visited[0].item() == total.stats.num_drafts
+
+
+def test_replay_refuses_a_short_reply(target, mtbench_ids):
+    from peagle_lab.train.replay import replay_acceptance
+
+    drafter = load_drafter(shipped()["peagle-smollm2"], target)
+    with pytest.raises(ValueError, match="K\\+1 tokens more"):
+        replay_acceptance(target, drafter, mtbench_ids[0], [1, 2, 3, 4], method="peagle", k=5, max_new_tokens=4)
