@@ -223,7 +223,21 @@ def train_step_section(path: Path, r: dict) -> list[str]:
     return lines + [""]
 
 
-SECTIONS = {"train_step_": train_step_section, "kernel_": kernel_section, "train_memory_": memory_section, "drafter_forward_": drafter_forward_section}
+def replay_section(path: Path, r: dict) -> list[str]:
+    """`benchmarks/replay_acceptance.py`: acceptance replayed offline, agreement over all vs visited positions."""
+    st = r["settings"]
+    lines = [f"## `{path.name}`", "", f"- date: {r['date']}; machine: {r['machine']}", f"- command: `{r['command']}`",
+             f"- {r['what']} ({st['prompts']}, first {st['num_prompts']} prompts, {st['max_new_tokens']} new tokens, K={st['k']})", "",
+             "| drafter | AL | acceptance per position | agreement, every position | agreement, where steps started | draft-vocab coverage |",
+             "|---|---|---|---|---|---|"]
+    for name, x in r["results"].items():
+        fmt = lambda v: ", ".join(f"{a:.2f}" for a in v)  # noqa: E731
+        lines.append(f"| {name} | {x['acceptance_length']:.3f} | {fmt(x['acceptance_per_position'])} | {fmt(x['agreement_all_positions'])} | "
+                     f"{fmt(x['agreement_visited_positions'])} | {x['draft_vocab_coverage']:.1%} |")
+    return lines + [""]
+
+
+SECTIONS = {"replay_": replay_section, "train_step_": train_step_section, "kernel_": kernel_section, "train_memory_": memory_section, "drafter_forward_": drafter_forward_section}
 
 
 def main() -> None:

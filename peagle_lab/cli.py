@@ -107,7 +107,7 @@ def cmd_train(args) -> int:
 
     from .target import Target
     from .train.data import load_samples
-    from .train.trainer import TrainConfig, Trainer, init_distributed, rank_and_world
+    from .train.trainer import TrainConfig, Trainer, init_distributed, rank_and_world, validation_replies
     from .train.vocab import build_draft_vocab, token_counts
 
     init_distributed()                                  # no-op unless launched by torchrun
@@ -131,8 +131,15 @@ def cmd_train(args) -> int:
                       steps=args.steps, batch_size=args.batch_size, max_len=args.max_len, num_segments=args.segments,
                       lr=args.lr, warmup_steps=args.warmup_steps, checkpoint_every=args.checkpoint_every, seed=args.seed,
                       layout=args.layout, attention=args.attention, head_init=args.head_init,
-                      group_by_length=args.group_by_length)
-    trainer = Trainer(target, samples, cfg, args.out, ids)
+                      group_by_length=args.group_by_length, val_k=args.val_k)
+    val = None
+    if args.val_prompts and rank_and_world()[0] == 0:
+        from .prompts import load_prompts
+
+        val = validation_replies(target, [target.chat_ids(p) for p in load_prompts(args.val_set, args.val_prompts)],
+                                 args.val_tokens, args.val_k)
+        mark(f"{len(val)} validation replies generated ({args.val_set})")
+    trainer = Trainer(target, samples, cfg, args.out, ids, val_replies=val)
     mark("trainer ready; training starts")
     history = trainer.run(time_budget_s=60 * args.max_minutes if args.max_minutes else None,
                           progress=rank_and_world()[0] == 0)
@@ -141,8 +148,10 @@ def cmd_train(args) -> int:
     dtype = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch.float16}[args.export_dtype]
     path = trainer.export(args.export or f"{args.out}/drafter", dtype=dtype)
     last = history[-1] if history else {}
+    val_al = [r["val_al"] for r in history if "val_al" in r]
     print(json.dumps({"drafter": str(path), "steps": trainer.step, "draft_vocab_coverage": coverage,
-                      "final_loss": last.get("loss"), "acc_per_depth": last.get("acc_per_depth")}))
+                      "final_loss": last.get("loss"), "acc_per_depth": last.get("acc_per_depth"),
+                      "validation_al": val_al[-1] if val_al else None}))
     return 0
 
 
@@ -276,6 +285,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="P-EAGLE mask as a dense tensor or a sparse flex-attention BlockMask (auto: flex on CUDA)")
     s.add_argument("--group-by-length", action="store_true",
                    help="batches of similar-length conversations (less padding on a GPU)")
+    s.add_argument("--val-prompts", type=int, default=0,
+                   help="at each checkpoint, replay greedy decoding on this many prompts and log the validation AL "
+                        "(equal to the engine's; one drafter pass per reply)")
+    s.add_argument("--val-set", default="mt-bench", help="prompt set of the validation AL")
+    s.add_argument("--val-tokens", type=int, default=128, help="new tokens per validation reply")
+    s.add_argument("--val-k", type=int, default=7, help="K of the validation AL")
     s.add_argument("--head-init", default="random", choices=["random", "target"],
                    help="lm_head and the final norm at random (default) or from the target's rows of the draft vocab "
                         "(no gain after 60 CPU steps: benchmarks/results/head_init_ab_cpu.json)")

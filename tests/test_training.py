@@ -181,3 +181,28 @@ def test_target_batch_bf16_flag_changes_nothing_off_cuda():
         x, y = getattr(a, name), getattr(b, name)
         assert x.dtype == y.dtype and torch.equal(x, y), name
     assert a.aux.dtype == torch.float32 and a.target_logits.shape == (a.tokens.numel(), 40)
+
+
+@pytest.mark.parametrize("method", ["peagle", "eagle"])
+def test_validation_al_at_checkpoints_equals_the_engines(tmp_path, method):
+    """The AL the trainer logs at a checkpoint (replayed) is the engine's AL for the drafter of that step."""
+    from peagle_lab.engine import generate
+    from peagle_lab.stats import AcceptanceStats
+    from peagle_lab.train.trainer import validation_replies
+
+    t = _trainer(tmp_path, method, steps=12)
+    t.cfg.checkpoint_every, t.cfg.val_k, budget = 6, 3, 12
+    prompts = [s.ids[:5].tolist() for s in _samples()[:3]]
+    t.val_replies = validation_replies(t.target, prompts, budget, t.cfg.val_k)
+    hist = t.run(progress=False)
+    vals = [(r["step"], r["val_al"]) for r in hist if "val_al" in r]
+    assert [s for s, _ in vals] == [6, 12]
+    st = AcceptanceStats(3)
+    t.drafter.eval()
+    for p in prompts:
+        st = st.merge(generate(t.target, p, method=method, drafter=t.drafter, k=3, max_new_tokens=budget).acceptance)
+    assert vals[-1][1] == pytest.approx(st.acceptance_length, abs=1e-12)
+    out = t.export(tmp_path / "export", dtype=torch.float32)
+    import json
+    rows = json.loads((out / "training.json").read_text())["history"]
+    assert [r["step"] for r in rows if "val_al" in r] == [6, 12]

@@ -4,6 +4,7 @@
 # data, batch and wall time; 11_collect.sh (the next call, within 30 s) waits for their exports.
 #   RUNS="name:method:layers:mlp:vd ..."   default: the shipped EAGLE-3 shape against two deeper P-EAGLE
 #   drafters that still fit 16 MiB (3 layers MLP 256 Vd 4096: 15.1 MiB; 4 layers MLP 256 Vd 2048: 15.4 MiB).
+# Validation AL (replayed, = the engine's at K=7 on 10 MT-Bench prompts) is logged at every checkpoint.
 # Batches grouped by length (1.5x supervised elements/s on the H200: results/train_step_grouped_h200.json).
 # Carry: parts/gguf.part-02 parts/wheels
 set -uxo pipefail
@@ -22,7 +23,7 @@ for r in $RUNS; do
   OMP_NUM_THREADS=4 setsid nohup python -m peagle_lab train --method "$method" --num-layers "$layers" \
     --intermediate-size "$mlp" --draft-vocab-size "$vd" --group-by-length --out "/tmp/pk/run-$name" --export "/tmp/pk/$name" \
     --data /tmp/pk/mix --device cuda --max-depth 8 --batch-size ${BATCH:-32} --max-len 768 --steps 100000 \
-    --warmup-steps 100 --lr ${LR:-1e-3} --checkpoint-every 200 --max-minutes ${TRAIN_MINUTES:-13} \
+    --warmup-steps 100 --lr ${LR:-1e-3} --checkpoint-every 200 --max-minutes ${TRAIN_MINUTES:-13} --val-prompts ${VAL_PROMPTS:-10} \
     > "/tmp/pk/train-$name.log" 2>&1 < /dev/null &
 done
 cd - >/dev/null

@@ -27,7 +27,7 @@ from .cod import Elements, cod_sample
 from .data import Sample
 from .loss import LossParts, SeqData, packed_loss, padded_loss, sequence_loss, supervised_mask
 
-RESUME_MAY_CHANGE = ("steps", "checkpoint_every", "num_segments", "layout", "attention")
+RESUME_MAY_CHANGE = ("steps", "checkpoint_every", "num_segments", "layout", "attention", "val_k")
 LAYOUTS = {"packed": sequence_loss, "per_conversation": packed_loss, "padded": padded_loss}  # padded: per method
 
 
@@ -55,6 +55,7 @@ class TrainConfig:
     attention: str = "auto"             # "auto" (flex on CUDA, dense on CPU) | "dense" | "flex": same loss
     head_init: str = "random"           # "random" | "target": lm_head/norm start from the target's rows
     group_by_length: bool = False       # batches of similar lengths (less padding; still a random order of batches)
+    val_k: int = 7                      # K of the validation AL replayed at each checkpoint (when replies are given)
 
 
 def _lr_lambda(cfg: TrainConfig):
@@ -137,6 +138,12 @@ def target_batch(target, samples: list[Sample], draft_ids: torch.Tensor, max_len
                    doc.to(target.device))
 
 
+def validation_replies(target, prompts: list[list[int]], max_new_tokens: int, k: int) -> list[tuple[list[int], list[int]]]:
+    """Greedy replies to ``prompts`` (token ids) for the validation AL: ``max_new_tokens`` plus ``k + 1`` to check
+    the last step's drafts, generated past EOS (the replay stops at EOS as the engine does)."""
+    return [(list(ids), target.generate(list(ids), max_new_tokens + k + 1, stop_at_eos=False).tokens) for ids in prompts]
+
+
 def sample_order(samples: list[Sample], cfg: TrainConfig) -> list[int]:
     """The order conversations are visited in, a function of the seed alone (so resume is exact).
 
@@ -161,7 +168,8 @@ class Trainer:
     """Train one drafter; ``run()`` resumes from ``out_dir/checkpoint.pt`` when it exists."""
 
     def __init__(self, target, samples: list[Sample], cfg: TrainConfig, out_dir: str | os.PathLike,
-                 draft_ids: torch.Tensor, drafter: Eagle3Drafter | None = None):
+                 draft_ids: torch.Tensor, drafter: Eagle3Drafter | None = None,
+                 val_replies: list[tuple[list[int], list[int]]] | None = None):
         if not samples:
             raise ValueError("no training samples; regenerate data first")
         if cfg.layout not in LAYOUTS:
@@ -190,6 +198,8 @@ class Trainer:
         self.step = 0
         self.history: list[dict] = []
         self.order = sample_order(samples, cfg)
+        # (prompt ids, greedy reply with val_k + 1 tokens to spare): see validation_replies()
+        self.val_replies = val_replies or []
 
     # ----------------------------------------------------------------------------- one step
     def batch_for(self, step: int) -> list[Sample]:
@@ -246,6 +256,26 @@ class Trainer:
                "seconds": time.perf_counter() - t0}
         self.history.append(row)
         return row
+
+    @torch.no_grad()
+    def validation_al(self) -> float | None:
+        """The engine's greedy AL at ``val_k`` on the validation replies, by replay (one pass per reply)."""
+        if not self.val_replies:
+            return None
+        from .replay import replay_acceptance
+
+        k = min(self.cfg.val_k, self.cfg.max_depth) if self.cfg.method == "peagle" else self.cfg.val_k
+        self.drafter.eval()
+        total = None
+        try:
+            for prompt, reply in self.val_replies:
+                rep = replay_acceptance(self.target, self.drafter, prompt, reply, method=self.cfg.method, k=k,
+                                        max_new_tokens=len(reply) - self.cfg.val_k - 1,
+                                        eos=tuple(self.target.eos_token_ids))
+                total = rep if total is None else total.merge(rep)
+        finally:
+            self.drafter.train()
+        return total.stats.acceptance_length
 
     # ----------------------------------------------------------------------------- checkpoints
     @property
@@ -309,6 +339,9 @@ class Trainer:
             bar.update(1)
             bar.set_postfix(loss=f"{row['loss']:.3f}", acc0=f"{row['acc_per_depth'][0]:.2f}")
             if self.step % self.cfg.checkpoint_every == 0 or self.step == total:
+                if self.val_replies and rank_and_world()[0] == 0:
+                    row["val_al"] = self.validation_al()
+                    bar.write(f"step {self.step}: validation AL {row['val_al']:.3f} at K={self.cfg.val_k}")
                 self.save_checkpoint()
             if stop_after is not None and done_now >= stop_after:
                 break
@@ -326,8 +359,9 @@ class Trainer:
     def export(self, path: str | os.PathLike, dtype: torch.dtype = torch.bfloat16) -> Path:
         """Write the vLLM-layout drafter (atomically) plus ``training.json`` (config and history)."""
         self.drafter.eval()
-        every = max(1, len(self.history) // 200)            # keep the shipped record small
-        record = json.dumps({"config": asdict(self.cfg), "steps": self.step, "history": self.history[::every]})
+        every = max(1, len(self.history) // 200)            # keep the shipped record small (and every validation row)
+        rows = [r for i, r in enumerate(self.history) if i % every == 0 or "val_al" in r]
+        record = json.dumps({"config": asdict(self.cfg), "steps": self.step, "history": rows})
         out = save_drafter(self.drafter.cpu(), path, dtype=dtype, extra_files={"training.json": record})
         self.drafter.to(self.device)
         return out
