@@ -24,15 +24,20 @@ from peagle_lab.stats import AcceptanceStats
 from peagle_lab.target import Target
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def drafter_eval_parser(doc: str) -> argparse.ArgumentParser:
+    """The arguments every drafter-acceptance script here takes (also benchmarks/replay_acceptance.py)."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
     ap.add_argument("drafters", nargs="+", help="NAME=FOLDER")
     ap.add_argument("--k", type=int, default=7)
     ap.add_argument("--prompts", default="mt-bench")
     ap.add_argument("--num-prompts", type=int, default=10)
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--json", required=True)
-    args = ap.parse_args()
+    return ap
+
+
+def main() -> None:
+    args = drafter_eval_parser(__doc__).parse_args()
     torch.set_num_threads(1)
     target = Target.load()
     prompts = [target.chat_ids(p) for p in load_prompts(args.prompts, args.num_prompts)]

@@ -16,7 +16,6 @@ A name containing "peagle" drafts in parallel, any other sequentially (EAGLE-3).
 """
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import json
 import sys
@@ -26,6 +25,9 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from eval_drafters import drafter_eval_parser  # noqa: E402
 
 from peagle_lab.drafter import load_drafter  # noqa: E402
 from peagle_lab.engine import generate  # noqa: E402
@@ -35,14 +37,7 @@ from peagle_lab.train.replay import replay_acceptance  # noqa: E402
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("drafters", nargs="+", help="NAME=FOLDER")
-    ap.add_argument("--k", type=int, default=7)
-    ap.add_argument("--prompts", default="mt-bench")
-    ap.add_argument("--num-prompts", type=int, default=10)
-    ap.add_argument("--max-new-tokens", type=int, default=128)
-    ap.add_argument("--json", required=True)
-    args = ap.parse_args()
+    args = drafter_eval_parser(__doc__).parse_args()
     target = Target.load()
     prompts = [target.chat_ids(p) for p in load_prompts(args.prompts, args.num_prompts)]
     t0 = time.perf_counter()
