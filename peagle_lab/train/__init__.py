@@ -5,5 +5,7 @@
 * :mod:`.cod`       -- COD sampling of (anchor, depth) elements, the P-EAGLE attention mask and
   the sequence-partitioning plan;
 * :mod:`.loss`      -- the drafter's loss on one sequence, single pass or partitioned;
-* :mod:`.trainer`   -- the loop: online target features, optimiser, checkpoint/resume, export.
+* :mod:`.trainer`   -- the loop: online target features, optimiser, checkpoint/resume, export;
+* :mod:`.replay`    -- greedy speculative decoding replayed over a known reply: the engine's
+  acceptance from one training-graph pass (validation AL during training).
 """
