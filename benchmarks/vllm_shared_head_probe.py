@@ -13,6 +13,7 @@ training data: the regenerated shards in /tmp/pk/data or --data.)
 import argparse
 import datetime as dt
 import json
+import tempfile
 import time
 from pathlib import Path
 
@@ -49,7 +50,7 @@ d.set_draft_vocab(ids)
 d.init_head_from_target(target)
 d.lm_head.weight.requires_grad_(False)            # the target's head, frozen: what vLLM would share
 t0 = time.time()
-tr = Trainer(target, samples, cfg, "/tmp/probe-shared-run", ids, drafter=d)
+tr = Trainer(target, samples, cfg, tempfile.mkdtemp(prefix="probe-shared-run-"), ids, drafter=d)   # fresh: no resume
 hist = tr.run(progress=False)
 print("trained", cfg.steps, "steps in", round(time.time() - t0), "s; last acc", [round(x, 2) for x in hist[-1]["acc_per_depth"]])
 out = save_drafter(tr.drafter.cpu().eval(), "/tmp/shared-head-drafter")
