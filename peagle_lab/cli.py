@@ -123,6 +123,8 @@ def cmd_train(args) -> int:
     mark(f"target loaded on {target.device}")
     samples = load_samples(args.data)
     mark(f"{len(samples)} conversations loaded")
+    if args.share_lm_head:
+        args.draft_vocab_size = target.vocab_size        # the target's own head scores every token
     ids, coverage = build_draft_vocab(token_counts(samples, target.vocab_size), args.draft_vocab_size)
     print(f"draft vocab {args.draft_vocab_size}: covers {coverage:.1%} of reply tokens in {len(samples)} conversations",
           file=sys.stderr)
@@ -131,7 +133,7 @@ def cmd_train(args) -> int:
                       steps=args.steps, batch_size=args.batch_size, max_len=args.max_len, num_segments=args.segments,
                       lr=args.lr, warmup_steps=args.warmup_steps, checkpoint_every=args.checkpoint_every, seed=args.seed,
                       layout=args.layout, attention=args.attention, head_init=args.head_init,
-                      group_by_length=args.group_by_length, val_k=args.val_k)
+                      group_by_length=args.group_by_length, val_k=args.val_k, share_lm_head=args.share_lm_head)
     val = None
     if args.val_prompts and rank_and_world()[0] == 0:
         from .prompts import load_prompts
@@ -285,6 +287,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="P-EAGLE mask as a dense tensor or a sparse flex-attention BlockMask (auto: flex on CUDA)")
     s.add_argument("--group-by-length", action="store_true",
                    help="batches of similar-length conversations (less padding on a GPU)")
+    s.add_argument("--share-lm-head", action="store_true",
+                   help="no lm_head of its own: draft with the target's output layer over the full vocabulary (100%% "
+                        "coverage, a smaller file; each draft slot then costs a full-vocabulary matmul). vLLM shares the "
+                        "target's head with such a checkpoint (benchmarks/results/vllm_shared_head_probe.json)")
     s.add_argument("--val-prompts", type=int, default=0,
                    help="at each checkpoint, replay greedy decoding on this many prompts and log the validation AL "
                         "(equal to the engine's; one drafter pass per reply)")

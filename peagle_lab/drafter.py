@@ -55,12 +55,13 @@ class DrafterConfig:
     mask_token_id: int | None = None     # P-EAGLE's mask token (ptd_token_id)
     trained_depth: int | None = None     # largest K a P-EAGLE drafter was trained for
     has_embed_tokens: bool = True        # False: share the target's input embedding
+    has_lm_head: bool = True             # False: share the target's output layer (needs Vd == V; vLLM shares it too)
 
     @classmethod
     def for_target(cls, target, *, num_layers: int = 1, draft_vocab_size: int | None = None,
                    parallel_drafting: bool = False, mask_token_id: int | None = None,
                    trained_depth: int | None = None, intermediate_size: int | None = None,
-                   has_embed_tokens: bool = True) -> "DrafterConfig":
+                   has_embed_tokens: bool = True, has_lm_head: bool = True) -> "DrafterConfig":
         """A drafter shaped for ``target`` (a :class:`peagle_lab.target.Target`)."""
         c = target.config
         heads = int(c.num_attention_heads)
@@ -77,7 +78,7 @@ class DrafterConfig:
             rope_theta=float(_rope_theta(c)),
             max_position_embeddings=int(getattr(c, "max_position_embeddings", 8192)),
             parallel_drafting=parallel_drafting, mask_token_id=mask_token_id,
-            trained_depth=trained_depth, has_embed_tokens=has_embed_tokens)
+            trained_depth=trained_depth, has_embed_tokens=has_embed_tokens, has_lm_head=has_lm_head)
 
 
 def _rope_theta(config) -> float:
@@ -257,7 +258,11 @@ class Eagle3Drafter(nn.Module):
         self.fc = nn.Linear(len(cfg.aux_layer_ids) * cfg.target_hidden_size, H, bias=False)
         self.layers = nn.ModuleList(DecoderLayer(cfg, i) for i in range(cfg.num_layers))
         self.norm = RMSNorm(H, cfg.rms_norm_eps)
-        self.lm_head = nn.Linear(H, cfg.draft_vocab_size, bias=False)
+        if not cfg.has_lm_head and cfg.draft_vocab_size != cfg.vocab_size:
+            raise ValueError(f"a drafter sharing the target's lm_head drafts over the whole vocabulary: set "
+                             f"draft_vocab_size={cfg.vocab_size} (got {cfg.draft_vocab_size})")
+        self.lm_head = nn.Linear(H, cfg.draft_vocab_size, bias=False) if cfg.has_lm_head else None
+        self._shared_head: torch.Tensor | None = None
         d2t = torch.zeros(cfg.draft_vocab_size, dtype=torch.long)
         t2d = torch.zeros(cfg.vocab_size, dtype=torch.bool)
         t2d[: cfg.draft_vocab_size] = True
@@ -273,6 +278,25 @@ class Eagle3Drafter(nn.Module):
         Stored as a plain (detached) tensor: it stays frozen and out of the drafter's state dict.
         """
         object.__setattr__(self, "_shared_embed", weight.detach())
+
+    def share_head(self, weight: torch.Tensor) -> None:
+        """Use the target's output layer ``(V, H)`` (for drafters without ``lm_head``): frozen, not saved."""
+        object.__setattr__(self, "_shared_head", weight.detach())
+
+    def share_target_weights(self, target) -> None:
+        """Attach what this drafter borrows from ``target``: the input embedding and/or the output layer."""
+        if self.embed_tokens is None:
+            self.share_embedding(target.model.get_input_embeddings().weight)
+        if self.lm_head is None:
+            self.share_head(target.model.get_output_embeddings().weight)
+
+    def head(self, normed: torch.Tensor) -> torch.Tensor:
+        """Logits over the draft vocabulary from the final-normed hidden state."""
+        if self.lm_head is not None:
+            return self.lm_head(normed)
+        if self._shared_head is None:
+            raise RuntimeError("this drafter has no lm_head: call share_head(target output layer) first")
+        return F.linear(normed, self._shared_head.to(normed.dtype))
 
     def set_draft_vocab(self, target_ids: torch.Tensor) -> None:
         """Map draft index i -> target id ``target_ids[i]`` (sorted ascending), as d2t/t2d."""
@@ -292,6 +316,8 @@ class Eagle3Drafter(nn.Module):
         (``benchmarks/results/head_init_ab_cpu.json``), so training defaults to random. Call after
         :meth:`set_draft_vocab`.
         """
+        if self.lm_head is None:
+            raise ValueError("this drafter shares the target's lm_head; there is no head of its own to initialise")
         ids = self.to_target_ids(torch.arange(self.cfg.draft_vocab_size, device=self.d2t.device))
         head = target.model.get_output_embeddings().weight
         self.lm_head.weight.copy_(head[ids.to(head.device)].to(self.lm_head.weight))
@@ -339,7 +365,7 @@ class Eagle3Drafter(nn.Module):
         for layer in self.layers:
             hidden, residual = layer(hidden, residual, embeds, cos, sin, cache, attn_mask)
         prenorm = hidden + residual
-        return prenorm, self.lm_head(self.norm(prenorm))
+        return prenorm, self.head(self.norm(prenorm))
 
     def to_target_ids(self, draft_ids: torch.Tensor) -> torch.Tensor:
         return draft_ids + self.d2t[draft_ids]
@@ -364,11 +390,9 @@ def init_drafter(cfg: DrafterConfig, target=None, seed: int = 0) -> Eagle3Drafte
             else:
                 p.normal_(0.0, 0.02, generator=gen)
         if target is not None:
-            emb = target.model.get_input_embeddings().weight
             if drafter.embed_tokens is not None:
-                drafter.embed_tokens.weight.copy_(emb)
-            else:
-                drafter.share_embedding(emb)
+                drafter.embed_tokens.weight.copy_(target.model.get_input_embeddings().weight)
+            drafter.share_target_weights(target)
     return drafter
 
 
@@ -412,6 +436,8 @@ def save_drafter(drafter: Eagle3Drafter, path: str | os.PathLike, dtype: torch.d
     path.parent.mkdir(parents=True, exist_ok=True)
     tensors = {}
     for name, value in drafter.state_dict().items():
+        if name in ("d2t", "t2d") and drafter.lm_head is None:
+            continue                       # full vocabulary: no mapping (vLLM has no d2t parameter then)
         if name in ("d2t", "t2d"):
             tensors[name] = value.contiguous()
         else:
@@ -489,6 +515,10 @@ def load_drafter(path: str | os.PathLike, target=None, dtype: torch.dtype = torc
         raise ValueError(f"{path}: config asks for parallel drafting (mask token id) but the weights have no "
                          "mask_hidden; re-export the drafter with its trained mask_hidden")
     cfg.has_embed_tokens = "embed_tokens.weight" in state
+    cfg.has_lm_head = "lm_head.weight" in state
+    if not cfg.has_lm_head and cfg.draft_vocab_size != cfg.vocab_size:
+        raise ValueError(f"{path}: no lm_head in the weights but draft_vocab_size {cfg.draft_vocab_size} != vocab_size "
+                         f"{cfg.vocab_size}; a drafter sharing the target's lm_head must draft over the full vocabulary")
     if not cfg.aux_layer_ids:
         if target is None:
             raise ValueError(f"{path}: config names no eagle_aux_hidden_state_layer_ids; pass the target to use its taps")
@@ -514,8 +544,7 @@ def load_drafter(path: str | os.PathLike, target=None, dtype: torch.dtype = torc
     if target is not None:
         check_compatible(drafter, target)
         drafter.to(target.device)
-        if drafter.embed_tokens is None:
-            drafter.share_embedding(target.model.get_input_embeddings().weight)
+        drafter.share_target_weights(target)
     return drafter.eval()
 
 

@@ -5,7 +5,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from helpers import random_drafter
+from helpers import random_drafter, tiny_target
 from peagle_lab.drafter import IncompatibleDrafter, check_compatible, load_drafter, save_drafter
 from peagle_lab.engine import generate
 
@@ -142,3 +142,35 @@ def test_speculators_export_validates_with_speculators_config_classes(target, tm
     if parallel:
         assert cfg.mask_token_id == d.cfg.mask_token_id
     assert set(load_file(str(path / "model.safetensors"))) == set(d.state_dict())
+
+
+def test_shared_lm_head_drafter_trains_saves_and_loads_without_a_head(tmp_path):
+    """A drafter with no lm_head of its own drafts with the target's (full vocabulary): it is not trained,
+    not saved (nor d2t/t2d: vLLM has no mapping then), and loading shares it again; logits are unchanged."""
+    from peagle_lab.drafter import DrafterConfig, init_drafter, load_drafter, save_drafter
+    from safetensors.torch import load_file
+
+    tgt = tiny_target(vocab=40, seed=3)
+    with pytest.raises(ValueError, match="draft_vocab_size=40"):
+        init_drafter(DrafterConfig.for_target(tgt, draft_vocab_size=16, has_lm_head=False), tgt)
+    cfg = DrafterConfig.for_target(tgt, num_layers=2, parallel_drafting=True, trained_depth=4,
+                                   has_embed_tokens=False, has_lm_head=False)
+    d = init_drafter(cfg, tgt).eval()
+    assert d.lm_head is None and all("lm_head" not in n for n, _ in d.named_parameters())
+    ids = torch.randint(0, 40, (1, 6))
+    hidden = torch.randn(1, 6, tgt.hidden_size)
+    prenorm, logits = d(ids, d.project(torch.randn(1, 6, 3 * tgt.hidden_size)))
+    want = d.norm(prenorm) @ tgt.model.get_output_embeddings().weight.T
+    torch.testing.assert_close(logits, want)
+    out = save_drafter(d, tmp_path / "shared")
+    assert not {"lm_head.weight", "d2t", "t2d"} & set(load_file(str(out / "model.safetensors")))
+    back = load_drafter(out, tgt)
+    assert back.lm_head is None
+    torch.testing.assert_close(back(ids, hidden)[1], d(ids, hidden)[1])
+    prompt = [1, 2, 3, 4]
+    assert generate(tgt, prompt, method="peagle", drafter=back, k=3, max_new_tokens=12).tokens == \
+        generate(tgt, prompt, method="ar", max_new_tokens=12).tokens
+    bare = load_drafter(out)                       # no target given: nothing to share yet
+    bare.share_embedding(tgt.model.get_input_embeddings().weight)
+    with pytest.raises(RuntimeError, match="share_head"):
+        bare(ids, hidden)

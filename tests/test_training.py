@@ -206,3 +206,20 @@ def test_validation_al_at_checkpoints_equals_the_engines(tmp_path, method):
     import json
     rows = json.loads((out / "training.json").read_text())["history"]
     assert [r["step"] for r in rows if "val_al" in r] == [6, 12]
+
+
+def test_shared_lm_head_training_leaves_the_target_head_alone(tmp_path):
+    """--share-lm-head: the drafter trains through the target's frozen output layer and exports without it."""
+    tgt = tiny_target(vocab=50, seed=0)
+    head_before = tgt.model.get_output_embeddings().weight.detach().clone()
+    with pytest.raises(ValueError, match="draft_vocab_size=50"):
+        Trainer(tgt, _samples(), TrainConfig(draft_vocab_size=40, share_lm_head=True), tmp_path / "bad", torch.arange(40))
+    cfg = TrainConfig(method="peagle", num_layers=1, draft_vocab_size=50, max_depth=3, steps=20, batch_size=3, max_len=30,
+                      lr=3e-3, warmup_steps=2, checkpoint_every=10, seed=1, layout="padded", share_lm_head=True)
+    t = Trainer(tgt, _samples(), cfg, tmp_path / "run", torch.arange(50))
+    hist = t.run(progress=False)
+    assert t.drafter.lm_head is None
+    assert sum(r["loss"] for r in hist[-3:]) < sum(r["loss"] for r in hist[:3])
+    assert torch.equal(tgt.model.get_output_embeddings().weight, head_before)
+    d = load_drafter(t.export(tmp_path / "export", dtype=torch.float32), tgt)
+    assert d.lm_head is None and d.cfg.draft_vocab_size == 50

@@ -56,6 +56,7 @@ class TrainConfig:
     head_init: str = "random"           # "random" | "target": lm_head/norm start from the target's rows
     group_by_length: bool = False       # batches of similar lengths (less padding; still a random order of batches)
     val_k: int = 7                      # K of the validation AL replayed at each checkpoint (when replies are given)
+    share_lm_head: bool = False         # no lm_head of its own: the target's (frozen), full vocabulary (Vd = V)
 
 
 def _lr_lambda(cfg: TrainConfig):
@@ -180,11 +181,14 @@ class Trainer:
         self.device = target.device
         target.model.requires_grad_(False)              # the target is frozen; its embedding is shared
         self.draft_ids = torch.as_tensor(draft_ids).sort().values
+        if cfg.share_lm_head and cfg.draft_vocab_size != target.vocab_size:
+            raise ValueError(f"share_lm_head drafts over the target's whole vocabulary: set draft_vocab_size="
+                             f"{target.vocab_size} (got {cfg.draft_vocab_size})")
         if drafter is None:
             dcfg = DrafterConfig.for_target(target, num_layers=cfg.num_layers, draft_vocab_size=cfg.draft_vocab_size,
                                             parallel_drafting=cfg.method == "peagle", intermediate_size=cfg.intermediate_size,
                                             trained_depth=cfg.max_depth if cfg.method == "peagle" else None,
-                                            has_embed_tokens=False)
+                                            has_embed_tokens=False, has_lm_head=not cfg.share_lm_head)
             drafter = init_drafter(dcfg, target, seed=cfg.seed)
             drafter.set_draft_vocab(self.draft_ids)
             if cfg.head_init == "target":
@@ -309,7 +313,8 @@ class Trainer:
         # layouts, attention paths and partitioning are proven equal in tests/test_partition.py) may
         # differ; so may ``steps``: a run cut short by --max-minutes resumes towards the new total.
         free = dict.fromkeys(RESUME_MAY_CHANGE)
-        theirs, ours = {**state["config"], **free}, {**asdict(self.cfg), **free}
+        # a setting newer than the checkpoint counts as its default there
+        theirs, ours = {**asdict(TrainConfig()), **state["config"], **free}, {**asdict(self.cfg), **free}
         if theirs != ours:
             diff = sorted(k for k in ours if theirs.get(k) != ours[k])
             raise ValueError(f"{self.checkpoint_path} was written with another training config (differs in "
