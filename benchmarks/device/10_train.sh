@@ -2,8 +2,10 @@
 # Next training session (after 06_park.sh x2): join and convert the GGUF, then start every run in $RUNS in the
 # background (setsid: they outlive this call and export themselves), side by side on the one GPU with the same
 # data, batch and wall time; 11_collect.sh (the next call, within 30 s) waits for their exports.
-#   RUNS="name:method:layers:mlp:vd ..."   default: the shipped EAGLE-3 shape against two deeper P-EAGLE
-#   drafters that still fit 16 MiB (3 layers MLP 256 Vd 4096: 15.1 MiB; 4 layers MLP 256 Vd 2048: 15.4 MiB).
+#   RUNS="name:method:layers:mlp:vd ..."   vd "shared" = --share-lm-head (the target's output layer, full vocabulary).
+#   Run 5 (2026-12-01) used "eagle-smollm2:eagle:1:1024:4096 peagle3-smollm2:peagle:3:256:4096 peagle4-smollm2:peagle:4:256:2048".
+#   Default now: the next experiment, both methods with the target's head (no draft lm_head: 4.7 MB freed, 100% coverage)
+#   beside the shipped P-EAGLE shape as a control.
 # Validation AL (replayed, = the engine's at K=7 on 10 MT-Bench prompts) is logged at every checkpoint.
 # Batches grouped by length (1.5x supervised elements/s on the H200: results/train_step_grouped_h200.json).
 # Carry: parts/gguf.part-02 parts/wheels
@@ -15,13 +17,14 @@ python -c "from peagle_lab.assets import resolve_target; print(resolve_target(No
 rm -rf /tmp/pk/code && mkdir -p /tmp/pk/code /tmp/pk/mix && cp -r peagle_lab /tmp/pk/code/
 for f in /tmp/pk/data/shard-*.pt; do b=$(basename "$f"); ln -sf "$f" "/tmp/pk/mix/shard-0${b#shard-}"; done
 for f in /tmp/pk/data_t07/shard-*.pt; do b=$(basename "$f"); ln -sf "$f" "/tmp/pk/mix/shard-1${b#shard-}"; done
-RUNS=${RUNS:-"eagle-smollm2:eagle:1:1024:4096 peagle3-smollm2:peagle:3:256:4096 peagle4-smollm2:peagle:4:256:2048"}
+RUNS=${RUNS:-"eagleS-smollm2:eagle:1:1536:shared peagleS-smollm2:peagle:4:384:shared peagle3-smollm2:peagle:3:256:4096"}
 echo "$RUNS" > /tmp/pk/runs.txt
 cd /tmp/pk/code
 for r in $RUNS; do
   IFS=: read -r name method layers mlp vd <<< "$r"
+  vocab="--draft-vocab-size $vd"; [ "$vd" = shared ] && vocab="--share-lm-head"
   OMP_NUM_THREADS=4 setsid nohup python -m peagle_lab train --method "$method" --num-layers "$layers" \
-    --intermediate-size "$mlp" --draft-vocab-size "$vd" --group-by-length --out "/tmp/pk/run-$name" --export "/tmp/pk/$name" \
+    --intermediate-size "$mlp" $vocab --group-by-length --out "/tmp/pk/run-$name" --export "/tmp/pk/$name" \
     --data /tmp/pk/mix --device cuda --max-depth 8 --batch-size ${BATCH:-32} --max-len 768 --steps 100000 \
     --warmup-steps 100 --lr ${LR:-1e-3} --checkpoint-every 200 --max-minutes ${TRAIN_MINUTES:-13} --val-prompts ${VAL_PROMPTS:-10} \
     > "/tmp/pk/train-$name.log" 2>&1 < /dev/null &
