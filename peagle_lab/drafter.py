@@ -290,13 +290,19 @@ class Eagle3Drafter(nn.Module):
         if self.lm_head is None:
             self.share_head(target.model.get_output_embeddings().weight)
 
+    def head_weight(self) -> torch.Tensor:
+        """The output layer's ``(Vd, H)`` weight: its own ``lm_head`` (trainable) or the target's (frozen)."""
+        if self.lm_head is not None:
+            return self.lm_head.weight
+        if self._shared_head is None:
+            raise RuntimeError("this drafter has no lm_head: call share_head(target output layer) first")
+        return self._shared_head
+
     def head(self, normed: torch.Tensor) -> torch.Tensor:
         """Logits over the draft vocabulary from the final-normed hidden state."""
         if self.lm_head is not None:
             return self.lm_head(normed)
-        if self._shared_head is None:
-            raise RuntimeError("this drafter has no lm_head: call share_head(target output layer) first")
-        return F.linear(normed, self._shared_head.to(normed.dtype))
+        return F.linear(normed, self.head_weight().to(normed.dtype))
 
     def set_draft_vocab(self, target_ids: torch.Tensor) -> None:
         """Map draft index i -> target id ``target_ids[i]`` (sorted ascending), as d2t/t2d."""
@@ -346,8 +352,12 @@ class Eagle3Drafter(nn.Module):
         return self.fc(self.mask_hidden)                                    # (1, H)
 
     def forward(self, input_ids: torch.Tensor, hidden: torch.Tensor, cache: DrafterCache | None = None,
-                positions: torch.Tensor | None = None, attn_mask: torch.Tensor | None = None):
+                positions: torch.Tensor | None = None, attn_mask: torch.Tensor | None = None,
+                logits: bool = True):
         """``input_ids (B, T)``, ``hidden (B, T, H)`` -> ``(prenorm (B, T, H), logits (B, T, Vd))``.
+
+        ``logits=False`` returns the final-normed hidden ``(B, T, H)`` instead of the logits (training
+        applies the head chunk by chunk inside its loss, never holding all ``(B, T, Vd)`` at once).
 
         Without ``attn_mask`` the new slots attend causally to themselves and to everything in
         ``cache``; positions default to consecutive ones after the cache.
@@ -365,7 +375,8 @@ class Eagle3Drafter(nn.Module):
         for layer in self.layers:
             hidden, residual = layer(hidden, residual, embeds, cos, sin, cache, attn_mask)
         prenorm = hidden + residual
-        return prenorm, self.head(self.norm(prenorm))
+        normed = self.norm(prenorm)
+        return prenorm, (self.head(normed) if logits else normed)
 
     def to_target_ids(self, draft_ids: torch.Tensor) -> torch.Tensor:
         return draft_ids + self.d2t[draft_ids]

@@ -54,20 +54,24 @@ def supervised_mask(el: Elements, data: SeqData) -> torch.Tensor:
     return ok
 
 
-def _forward_parallel(drafter: Eagle3Drafter, el: Elements, data: SeqData, attention: str = "dense") -> torch.Tensor:
-    """P-EAGLE: every element in one pass under the P-EAGLE mask -> logits (E, Vd)."""
+def _forward_parallel(drafter: Eagle3Drafter, el: Elements, data: SeqData, attention: str = "dense",
+                      logits: bool = True) -> torch.Tensor:
+    """P-EAGLE: every element in one pass under the P-EAGLE mask -> logits (E, Vd), or normed states (E, H)."""
     d0 = el.depth == 0
     mask_id = drafter.cfg.mask_token_id
     ids = torch.where(d0, data.tokens[(el.anchor + 1).clamp(max=data.tokens.numel() - 1)], mask_id)
     real = drafter.project(data.aux[el.anchor])                            # (E, H)
     hidden = torch.where(d0[:, None], real, drafter.projected_mask_hidden().to(real.dtype))
-    _, logits = drafter(ids[None], hidden[None], None, positions=el.position[None],
-                        attn_mask=attention_mask(el, el, attention))
-    return logits[0]
+    _, out = drafter(ids[None], hidden[None], None, positions=el.position[None],
+                     attn_mask=attention_mask(el, el, attention), logits=logits)
+    return out[0]
 
 
-def _forward_sequential(drafter: Eagle3Drafter, el: Elements, data: SeqData, attention: str = "dense") -> torch.Tensor:
+def _forward_sequential(drafter: Eagle3Drafter, el: Elements, data: SeqData, attention: str = "dense",
+                        logits: bool = True) -> torch.Tensor:
     """EAGLE-3 training-time test: depth by depth, each reading the previous depth's own output.
+
+    Returns logits ``(E, Vd)``, or with ``logits=False`` the final-normed states ``(E, H)``.
 
     "auto" attention means dense here: each depth has its own (queries, keys) shape, and compiling
     flex attention for all of them stalled the first step for over 7 minutes on an H200
@@ -92,7 +96,8 @@ def _forward_sequential(drafter: Eagle3Drafter, el: Elements, data: SeqData, att
             parent = torch.searchsorted(prev_anchor, cur.anchor)
             hidden = prev_out[parent]
         keys = cur if seen is None else seen.concat(cur)
-        prenorm, lg = drafter(ids[None], hidden[None], cache, positions=cur.position[None], attn_mask=attention_mask(cur, keys, attention))
+        prenorm, lg = drafter(ids[None], hidden[None], cache, positions=cur.position[None],
+                              attn_mask=attention_mask(cur, keys, attention), logits=logits)
         out_logits.append(lg[0])
         order.append(idx)
         seen, prev_anchor, prev_out = keys, cur.anchor, prenorm[0]
@@ -108,25 +113,84 @@ def element_losses(drafter: Eagle3Drafter, el: Elements, data: SeqData, method: 
     ``attention``: "dense" builds the (E, E) mask; "flex" a flex-attention BlockMask (CUDA for
     training); "auto" picks flex on CUDA. All give the same loss."""
     if method == "peagle":
-        logits = _forward_parallel(drafter, el, data, attention)
+        normed = _forward_parallel(drafter, el, data, attention, logits=False)
     elif method == "eagle":
-        logits = _forward_sequential(drafter, el, data, attention)
+        normed = _forward_sequential(drafter, el, data, attention, logits=False)
     else:
         raise ValueError(f"unknown training method {method!r}; use 'peagle' or 'eagle'")
-    return _loss_from_logits(logits, el, data, max_depth, counted)
+    return _loss_from_normed(drafter, normed, el, data, max_depth, counted)
 
 
-def _loss_from_logits(logits: torch.Tensor, el: Elements, data: SeqData, max_depth: int,
-                      counted: torch.Tensor) -> LossParts:
-    """KL(target || drafter) summed over counted, supervised elements, plus top-1 agreement per depth."""
+HEAD_CHUNK_ELEMENTS = 1 << 27      # logits held at once by the loss: 2^27 floats = 512 MiB in float32
+
+
+class _HeadKL(torch.autograd.Function):
+    """Summed KL(target || drafter) through the output layer, a chunk of rows at a time.
+
+    ``normed (U, H)`` final-normed drafter states, ``weight (Vd, H)``, ``target (N, Vd)`` target logits,
+    ``rows (U,)`` which target row each state is scored against. The gradients (``(q - p) W`` for the
+    states, ``(q - p)^T h`` for a trainable weight) are made in the same pass, so no ``(U, Vd)`` tensor
+    ever exists: with the target's whole vocabulary (49,152 for SmolLM2) a batch's logits alone would
+    be tens of GB. Under autocast the matmuls run in its dtype, the softmaxes in float32 (as before).
+    """
+
+    @staticmethod
+    def forward(ctx, normed, weight, target, rows, want_grad: bool):
+        dt = torch.promote_types(normed.dtype, torch.float32)              # float32, or float64 in tests
+        want_h = want_grad and ctx.needs_input_grad[0]
+        want_w = want_grad and ctx.needs_input_grad[1]
+        w = weight if weight.dtype == normed.dtype else weight.to(normed.dtype)
+        grad_h = torch.empty(normed.shape, dtype=dt, device=normed.device) if want_h else None
+        grad_w = torch.zeros(weight.shape, dtype=dt, device=weight.device) if want_w else None
+        loss = torch.zeros((), dtype=dt, device=normed.device)
+        hits = torch.empty(normed.shape[0], dtype=torch.bool, device=normed.device)
+        chunk = max(1, HEAD_CHUNK_ELEMENTS // max(1, weight.shape[0]))
+        for s in range(0, normed.shape[0], chunk):
+            h = normed[s: s + chunk]
+            z = F.linear(h, w)
+            t = target[rows[s: s + chunk]].to(dt)
+            logq = F.log_softmax(z.to(dt), dim=-1)
+            logp = F.log_softmax(t, dim=-1)
+            p = logp.exp()
+            loss += (p * (logp - logq)).sum()
+            hits[s: s + chunk] = z.argmax(-1) == t.argmax(-1)
+            if want_h or want_w:
+                g = logq.exp_().sub_(p)                                       # dKL/dz = q - p per row
+                if want_h:
+                    grad_h[s: s + chunk] = g.to(w.dtype) @ w
+                if want_w:
+                    grad_w += (g.to(h.dtype).t() @ h).to(dt)
+        ctx.mark_non_differentiable(hits)
+        ctx.save_for_backward(grad_h, grad_w)
+        ctx.dtypes = (normed.dtype, weight.dtype)
+        return loss, hits
+
+    @staticmethod
+    def backward(ctx, grad_loss, _grad_hits):
+        grad_h, grad_w = ctx.saved_tensors
+        h_dt, w_dt = ctx.dtypes
+        gh = None if grad_h is None else (grad_h * grad_loss).to(h_dt)
+        gw = None if grad_w is None else (grad_w * grad_loss).to(w_dt)
+        return gh, gw, None, None, None
+
+
+def head_kl(normed: torch.Tensor, weight: torch.Tensor, target: torch.Tensor,
+            rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``sum_i KL(softmax(target[rows[i]]) || softmax(weight @ normed[i]))`` and the per-row top-1 hits,
+    holding at most :data:`HEAD_CHUNK_ELEMENTS` logits at a time (see :class:`_HeadKL`)."""
+    want = torch.is_grad_enabled() and (normed.requires_grad or weight.requires_grad)
+    return _HeadKL.apply(normed, weight, target, rows, want)
+
+
+def _loss_from_normed(drafter: Eagle3Drafter, normed: torch.Tensor, el: Elements, data: SeqData,
+                      max_depth: int, counted: torch.Tensor) -> LossParts:
+    """KL(target || drafter) summed over counted, supervised elements, plus top-1 agreement per depth.
+
+    ``normed (E, H)``: the drafter's final-normed states; the head is applied inside :func:`head_kl`."""
     use = counted & supervised_mask(el, data)
-    dt = torch.promote_types(logits.dtype, torch.float32)                  # float32, or float64 in tests
-    t = data.target_logits[(el.anchor + 1 + el.depth)[use]].to(dt)         # (U, Vd)
-    logq = F.log_softmax(logits[use].to(dt), dim=-1)
-    logp = F.log_softmax(t, dim=-1)
-    loss_sum = (logp.exp() * (logp - logq)).sum()                          # KL(p || q), summed
+    loss_sum, hit = head_kl(normed[use], drafter.head_weight(), data.target_logits, (el.anchor + 1 + el.depth)[use])
     depth = el.depth[use]
-    hit = (logits[use].argmax(-1) == t.argmax(-1)).long()
+    hit = hit.long()
     correct = torch.zeros(max_depth, dtype=torch.long).index_add_(0, depth.cpu(), hit.cpu())
     total = torch.zeros(max_depth, dtype=torch.long).index_add_(0, depth.cpu(), torch.ones_like(hit).cpu())
     return LossParts(loss_sum, int(use.sum()), correct, total)
@@ -158,8 +222,8 @@ def padded_parallel_loss(drafter: Eagle3Drafter, el: Elements, data: SeqData, *,
     row = Elements(anchor, depth, sub.doc.view(B, E))
     mask = peagle_mask(row, row) & real[:, :, None] & real[:, None, :]       # (B, E, E), one batched build
     mask |= torch.eye(E, dtype=torch.bool, device=dev)                       # padding rows see themselves
-    _, logits = drafter(ids, hidden, None, positions=anchor + depth, attn_mask=mask[:, None])
-    parts = _loss_from_logits(logits[real], el.select(index[real]), data, max_depth,
+    _, normed = drafter(ids, hidden, None, positions=anchor + depth, attn_mask=mask[:, None], logits=False)
+    parts = _loss_from_normed(drafter, normed[real], el.select(index[real]), data, max_depth,
                               torch.ones(int(real.sum()), dtype=torch.bool, device=dev))
     if backward:
         (parts.loss_sum / (normalizer or 1.0)).backward()
@@ -196,7 +260,7 @@ def padded_sequential_loss(drafter: Eagle3Drafter, el: Elements, data: SeqData, 
     cache = DrafterCache(drafter.cfg.num_layers)
     keys: Elements | None = None                                             # the cache's slots, (B, S)
     keys_real = prev_anchor = prev_out = None
-    out_logits, order = [], []
+    outs, order = [], []
     for d in range(int(el.depth.max()) + 1):
         idx = (el.depth == d).nonzero().squeeze(-1)
         if idx.numel() == 0:
@@ -223,14 +287,14 @@ def padded_sequential_loss(drafter: Eagle3Drafter, el: Elements, data: SeqData, 
         mask = peagle_mask(cur, keys) & real[..., None] & keys_real[:, None, :]   # (B, W, S)
         mask[:, :, start:] |= torch.eye(W, dtype=torch.bool, device=dev) & ~real[..., None]  # padding sees itself
         positions = torch.where(real, cur.anchor + d, 0)
-        prenorm, lg = drafter(ids, hidden, cache, positions=positions, attn_mask=mask[:, None])
-        out_logits.append(lg[real])
+        prenorm, normed = drafter(ids, hidden, cache, positions=positions, attn_mask=mask[:, None], logits=False)
+        outs.append(normed[real])
         order.append(index[real])
         prev_out = prenorm
         prev_anchor = torch.where(real, cur.anchor, n)                       # padding sorts last, never a parent
-    logits = torch.empty(len(el), out_logits[0].shape[-1], dtype=out_logits[0].dtype, device=dev)
-    logits[torch.cat(order)] = torch.cat(out_logits)
-    parts = _loss_from_logits(logits, el, data, max_depth, torch.ones(len(el), dtype=torch.bool, device=dev))
+    normed_all = torch.empty(len(el), outs[0].shape[-1], dtype=outs[0].dtype, device=dev)
+    normed_all[torch.cat(order)] = torch.cat(outs)
+    parts = _loss_from_normed(drafter, normed_all, el, data, max_depth, torch.ones(len(el), dtype=torch.bool, device=dev))
     if backward:
         (parts.loss_sum / (normalizer or 1.0)).backward()
         parts = LossParts(parts.loss_sum.detach(), parts.count, parts.correct, parts.total)

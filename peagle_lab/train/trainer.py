@@ -344,6 +344,8 @@ class Trainer:
             bar.update(1)
             bar.set_postfix(loss=f"{row['loss']:.3f}", acc0=f"{row['acc_per_depth'][0]:.2f}")
             if self.step % self.cfg.checkpoint_every == 0 or self.step == total:
+                if self.device.type == "cuda":
+                    row["peak_gib"] = torch.cuda.max_memory_allocated(self.device) / 2**30
                 if self.val_replies and rank_and_world()[0] == 0:
                     row["val_al"] = self.validation_al()
                     bar.write(f"step {self.step}: validation AL {row['val_al']:.3f} at K={self.cfg.val_k}")
