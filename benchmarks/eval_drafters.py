@@ -31,6 +31,8 @@ def drafter_eval_parser(doc: str) -> argparse.ArgumentParser:
     ap.add_argument("--k", type=int, default=7)
     ap.add_argument("--prompts", default="mt-bench")
     ap.add_argument("--num-prompts", type=int, default=10)
+    ap.add_argument("--spread", action="store_true",
+                    help="take --num-prompts evenly spaced over the set (MT-Bench: every category) instead of the first")
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--json", required=True)
     return ap
@@ -40,7 +42,7 @@ def main() -> None:
     args = drafter_eval_parser(__doc__).parse_args()
     torch.set_num_threads(1)
     target = Target.load()
-    prompts = [target.chat_ids(p) for p in load_prompts(args.prompts, args.num_prompts)]
+    prompts = [target.chat_ids(p) for p in load_prompts(args.prompts, args.num_prompts, spread=args.spread)]
     drafters = dict(spec.split("=", 1) for spec in args.drafters)
     loaded = {name: load_drafter(path, target) for name, path in drafters.items()}
     stats = {name: AcceptanceStats(args.k) for name in drafters}

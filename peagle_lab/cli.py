@@ -138,7 +138,7 @@ def cmd_train(args) -> int:
     if args.val_prompts and rank_and_world()[0] == 0:
         from .prompts import load_prompts
 
-        val = validation_replies(target, [target.chat_ids(p) for p in load_prompts(args.val_set, args.val_prompts)],
+        val = validation_replies(target, [target.chat_ids(p) for p in load_prompts(args.val_set, args.val_prompts, spread=True)],
                                  args.val_tokens, args.val_k)
         mark(f"{len(val)} validation replies generated ({args.val_set})")
     trainer = Trainer(target, samples, cfg, args.out, ids, val_replies=val)

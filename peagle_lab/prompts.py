@@ -120,8 +120,12 @@ def _load_set(name: str) -> tuple[str, ...]:
     raise KeyError(name)
 
 
-def load_prompts(source: str | os.PathLike, limit: int | None = None) -> list[str]:
-    """The first ``limit`` prompts of a named set or a JSONL file, in file order."""
+def load_prompts(source: str | os.PathLike, limit: int | None = None, spread: bool = False) -> list[str]:
+    """The first ``limit`` prompts of a named set or a JSONL file, in file order.
+
+    ``spread``: ``limit`` prompts evenly spaced over the whole set instead (file order kept). MT-Bench
+    is sorted by category, ten each (writing, roleplay, reasoning, math, coding, extraction, STEM,
+    humanities): its first 10 are all writing, the least predictable kind of text for a drafter."""
     key = str(source).lower().replace("_", "-")
     if key in {"mtbench", "mt-bench"}:
         prompts = list(_load_set("mt-bench"))
@@ -131,4 +135,8 @@ def load_prompts(source: str | os.PathLike, limit: int | None = None) -> list[st
         prompts = list(_load_set("sharegpt"))
     else:
         prompts = read_jsonl(source)
-    return prompts if limit is None else prompts[:limit]
+    if limit is None or limit >= len(prompts):
+        return prompts
+    if spread:
+        return [prompts[i * len(prompts) // limit] for i in range(limit)]
+    return prompts[:limit]

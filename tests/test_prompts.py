@@ -44,3 +44,14 @@ def test_bad_jsonl_line_is_named(tmp_path):
 def test_missing_prompt_file_names_the_choices(tmp_path):
     with pytest.raises(FileNotFoundError, match="mt-bench, humaneval, sharegpt or a .jsonl"):
         load_prompts(tmp_path / "nope.jsonl")
+
+
+def test_spread_takes_every_mt_bench_category(tmp_path):
+    allp = load_prompts("mt-bench")
+    spread = load_prompts("mt-bench", 8, spread=True)
+    assert spread == allp[::10]                                   # one per category (ten each, in order)
+    assert load_prompts("mt-bench", 8) == allp[:8]                # the default stays "first N"
+    f = tmp_path / "p.jsonl"
+    f.write_text("".join(json.dumps({"prompt": str(i)}) + "\n" for i in range(7)))
+    assert load_prompts(f, 3, spread=True) == ["0", "2", "4"]
+    assert load_prompts(f, 99, spread=True) == [str(i) for i in range(7)]
