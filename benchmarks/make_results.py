@@ -189,7 +189,13 @@ def train_run_section(path: Path, r: dict) -> list[str]:
         lines += [f"### {run['method']}", "", f"- command: `{run['command']}`",
                   f"- attention {run['attention']}; {run['seconds_per_step']} s/step; exported at step {run['exported_step']} "
                   f"({run['conversations_seen']} conversations, {run['epochs']} epochs); last-batch loss {run['final_train_loss']:.3f}; "
-                  f"top-1 agreement with the target per depth: {acc}", f"- {run['note']}", ""]
+                  f"top-1 agreement with the target per depth: {acc}", f"- {run['note']}"]
+        if "peak_gpu_gib" in run:
+            lines.append(f"- peak GPU memory {run['peak_gpu_gib']} GiB")
+        if run.get("validation_al_k7"):
+            step, al = run["validation_al_k7"][-1]
+            lines.append(f"- validation AL (K=7, logged at checkpoints) at step {step}: {al}")
+        lines.append("")
     return lines
 
 
@@ -227,13 +233,23 @@ def replay_section(path: Path, r: dict) -> list[str]:
     """`benchmarks/replay_acceptance.py`: acceptance replayed offline, agreement over all vs visited positions."""
     st = r["settings"]
     lines = [f"## `{path.name}`", "", f"- date: {r['date']}; machine: {r['machine']}", f"- command: `{r['command']}`",
-             f"- {r['what']} ({st['prompts']}, first {st['num_prompts']} prompts, {st['max_new_tokens']} new tokens, K={st['k']})", "",
+             f"- {r['what']} ({st['prompts']}, {'spread' if st.get('spread') else 'first'} {st['num_prompts']} prompts, "
+             f"{st['max_new_tokens']} new tokens, K={st['k']})"]
+    if r.get("drafters_note"):
+        lines.append(f"- drafters: {r['drafters_note']}")
+    lines += ["",
              "| drafter | AL | acceptance per position | agreement, every position | agreement, where steps started | draft-vocab coverage |",
              "|---|---|---|---|---|---|"]
     for name, x in r["results"].items():
         fmt = lambda v: ", ".join(f"{a:.2f}" for a in v)  # noqa: E731
         lines.append(f"| {name} | {x['acceptance_length']:.3f} | {fmt(x['acceptance_per_position'])} | {fmt(x['agreement_all_positions'])} | "
                      f"{fmt(x['agreement_visited_positions'])} | {x['draft_vocab_coverage']:.1%} |")
+    cats = [(n, x["acceptance_length_by_category"]) for n, x in r["results"].items() if "acceptance_length_by_category" in x]
+    if cats:
+        names = list(cats[0][1])
+        lines += ["", "AL by MT-Bench category (ten prompts each):", "", "| drafter | " + " | ".join(names) + " |",
+                  "|---|" + "---|" * len(names)]
+        lines += [f"| {n} | " + " | ".join(f"{c[k]:.2f}" for k in names) + " |" for n, c in cats]
     return lines + [""]
 
 
