@@ -59,7 +59,7 @@ def _groups(n: int, size: int) -> list[list[int]]:
 def run_bench(*, methods, ks, prompts: str, num_prompts: int, max_new_tokens: int, temperature: float = 0.0,
               target: Target | None = None, target_name: str | None = None, eagle_drafter: str | None = None,
               peagle_drafter: str | None = None, seed: int = 0, progress: bool = True,
-              batch_sizes=(1,)) -> dict:
+              batch_sizes=(1,), spread: bool = False) -> dict:
     """Run the benchmark and return the JSON-ready result (``{"results": [...], ...}``).
 
     ``batch_sizes``: for each B, rows run consecutive groups of B prompts as one batch
@@ -89,7 +89,7 @@ def run_bench(*, methods, ks, prompts: str, num_prompts: int, max_new_tokens: in
         for m in methods:
             for k in (ks if m in drafters else [None]):
                 rows.append(_Row(m, k, b, stats=AcceptanceStats(k) if k else None))
-    prompt_ids = [target.chat_ids(p) for p in load_prompts(prompts, num_prompts)]
+    prompt_ids = [target.chat_ids(p) for p in load_prompts(prompts, num_prompts, spread=spread)]
     if not prompt_ids:
         raise SystemExit(f"no prompts in {prompts}")
 
@@ -160,7 +160,7 @@ def run_bench(*, methods, ks, prompts: str, num_prompts: int, max_new_tokens: in
         })
     return {"date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             "machine": f"{platform.node()} {platform.machine()}", "target": target.name,
-            "settings": {"prompts": str(prompts), "num_prompts": num_prompts, "max_new_tokens": max_new_tokens,
+            "settings": {"prompts": str(prompts), "num_prompts": num_prompts, "spread": spread, "max_new_tokens": max_new_tokens,
                          "temperature": temperature, "methods": list(methods), "k": list(ks),
                          "batch_size": batch_sizes},
             "results": results}

@@ -62,7 +62,7 @@ def cmd_bench(args) -> int:
     result = run_bench(methods=args.methods, ks=args.k, prompts=args.prompts, num_prompts=args.num_prompts,
                        max_new_tokens=args.max_new_tokens, temperature=args.temperature, target_name=args.target,
                        eagle_drafter=args.eagle_drafter, peagle_drafter=args.peagle_drafter, seed=args.seed,
-                       batch_sizes=args.batch_size)
+                       batch_sizes=args.batch_size, spread=args.spread)
     result["command"] = "peagle-lab " + " ".join(args.argv)
     result["info"] = collect(count_prompts=False)
     write_json(result, args.json)
@@ -80,7 +80,7 @@ def cmd_vllm_bench(args) -> int:
                                 temperature=args.temperature, dtype=args.dtype, target=args.target,
                                 eagle_drafter=args.eagle_drafter, peagle_drafter=args.peagle_drafter,
                                 enforce_eager=not args.compile, max_model_len=args.max_model_len,
-                                workdir=args.logs, seed=args.seed)
+                                workdir=args.logs, seed=args.seed, spread=args.spread)
     except (ValueError, FileNotFoundError) as err:
         raise SystemExit(f"peagle-lab vllm-bench: {err}") from None
     result["command"] = "peagle-lab " + " ".join(args.argv)
@@ -217,6 +217,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--k", type=_ints, default=[3, 5, 7], help="draft lengths, e.g. 3,5,7")
     s.add_argument("--prompts", default="mt-bench", help="mt-bench, humaneval, sharegpt or a .jsonl file")
     s.add_argument("--num-prompts", type=int, default=10)
+    s.add_argument("--spread", action="store_true",
+                   help="take --num-prompts evenly spaced over the set instead of the first (MT-Bench is sorted by "
+                        "category; its first 10 are all writing)")
     s.add_argument("--max-new-tokens", type=int, default=128)
     s.add_argument("--temperature", type=float, default=0.0)
     s.add_argument("--eagle-drafter", default=None)
@@ -234,6 +237,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--concurrency", type=_ints, default=[1, 4], help="max requests in flight, e.g. 1,2,4,8")
     s.add_argument("--prompts", default="mt-bench", help="mt-bench, humaneval, sharegpt or a .jsonl file")
     s.add_argument("--num-prompts", type=int, default=10)
+    s.add_argument("--spread", action="store_true",
+                   help="take --num-prompts evenly spaced over the set instead of the first (MT-Bench is sorted by "
+                        "category; its first 10 are all writing)")
     s.add_argument("--max-new-tokens", type=int, default=128)
     s.add_argument("--temperature", type=float, default=0.0)
     s.add_argument("--dtype", default="float32", help="vLLM --dtype (float32 on CPUs without native bf16)")

@@ -207,7 +207,8 @@ def run_loads(server: VLLMServer, *, dataset: Path, num_prompts: int, max_new_to
 def run_vllm_bench(*, methods, ks, concurrency, prompts: str, num_prompts: int, max_new_tokens: int,
                    temperature: float = 0.0, dtype: str = "float32", target: str | None = None,
                    eagle_drafter: str | None = None, peagle_drafter: str | None = None, enforce_eager: bool = True,
-                   max_model_len: int = 2048, workdir: str | None = None, seed: int = 0, progress: bool = True) -> dict:
+                   max_model_len: int = 2048, workdir: str | None = None, seed: int = 0, progress: bool = True,
+                   spread: bool = False) -> dict:
     """Run the sweep and return the JSON-ready result (``{"results": [...], ...}``)."""
     from transformers import AutoTokenizer
 
@@ -231,7 +232,7 @@ def run_vllm_bench(*, methods, ks, concurrency, prompts: str, num_prompts: int, 
             check_drafter_config(drafters[m], target_dir, m, k)
 
     tokenizer = AutoTokenizer.from_pretrained(target_dir)
-    texts, add_special = render_prompts(tokenizer, load_prompts(prompts, num_prompts))
+    texts, add_special = render_prompts(tokenizer, load_prompts(prompts, num_prompts, spread=spread))
     if not texts:
         raise ValueError(f"no prompts in {prompts}")
     ids = [tokenizer(t, add_special_tokens=add_special)["input_ids"] for t in texts]
@@ -265,7 +266,7 @@ def run_vllm_bench(*, methods, ks, concurrency, prompts: str, num_prompts: int, 
     return {"date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             "machine": f"{platform.node()} {platform.machine()}", "engine": "vllm", "vllm_version": vllm_version(),
             "target": target_dir,
-            "settings": {"prompts": str(prompts), "num_prompts": num_prompts, "max_new_tokens": max_new_tokens,
+            "settings": {"prompts": str(prompts), "num_prompts": num_prompts, "spread": spread, "max_new_tokens": max_new_tokens,
                          "temperature": temperature, "methods": methods, "k": ks, "concurrency": concurrency,
                          "dtype": dtype, "enforce_eager": enforce_eager, "max_model_len": max_model_len,
                          "load_generator": "vllm bench serve"},
