@@ -14,7 +14,7 @@ def _run_header(path: Path, r: dict, machine_tail: str, prompts_tail: str) -> li
             f"- date: {r['date']}; machine: {r['machine']} ({r.get('info', {}).get('device', {}).get('cpu_count', '?')} CPUs"
             + machine_tail,
             f"- command: `{r.get('command', '?')}`",
-            f"- prompts: {s['prompts']}, first {s['num_prompts']}, max_new_tokens {s['max_new_tokens']}, "
+            f"- prompts: {s['prompts']}, {'spread over the set,' if s.get('spread') else 'first'} {s['num_prompts']}, max_new_tokens {s['max_new_tokens']}, "
             f"temperature {s['temperature']}" + prompts_tail]
 
 
@@ -60,7 +60,7 @@ def bench_section(path: Path, r: dict) -> list[str]:
              f"- date: {r['date']}; machine: {r['machine']} ({r.get('info', {}).get('device', {}).get('cpu_count', '?')} CPUs, "
              f"torch {r.get('info', {}).get('versions', {}).get('torch', '?')})",
              f"- command: `{r.get('command', '?')}`",
-             f"- prompts: {s['prompts']}, first {s['num_prompts']}, max_new_tokens {s['max_new_tokens']}, temperature {s['temperature']}", "",
+             f"- prompts: {s['prompts']}, {'spread over the set,' if s.get('spread') else 'first'} {s['num_prompts']}, max_new_tokens {s['max_new_tokens']}, temperature {s['temperature']}", "",
              "| method | K | tokens/s | x AR | AL | acceptance per position | identical to AR |",
              "|---|---|---|---|---|---|---|"]
     ar = next((x["tokens_per_s"] for x in r["results"] if x["method"] == "ar"), None)
