@@ -133,7 +133,8 @@ def cmd_train(args) -> int:
                       steps=args.steps, batch_size=args.batch_size, max_len=args.max_len, num_segments=args.segments,
                       lr=args.lr, warmup_steps=args.warmup_steps, checkpoint_every=args.checkpoint_every, seed=args.seed,
                       layout=args.layout, attention=args.attention, head_init=args.head_init,
-                      group_by_length=args.group_by_length, val_k=args.val_k, share_lm_head=args.share_lm_head)
+                      group_by_length=args.group_by_length, val_k=args.val_k, share_lm_head=args.share_lm_head,
+                      objective=args.objective)
     val = None
     if args.val_prompts and rank_and_world()[0] == 0:
         from .prompts import load_prompts
@@ -297,6 +298,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="no lm_head of its own: draft with the target's output layer over the full vocabulary (100%% "
                         "coverage, a smaller file; each draft slot then costs a full-vocabulary matmul). vLLM shares the "
                         "target's head with such a checkpoint (benchmarks/results/vllm_shared_head_probe.json)")
+    s.add_argument("--objective", default="kl", choices=["kl", "argmax-ce"],
+                   help="kl: match the target's distribution (greedy and sampled acceptance); argmax-ce: its top "
+                        "token only, what greedy (T=0) acceptance rewards")
     s.add_argument("--val-prompts", type=int, default=0,
                    help="at each checkpoint, replay greedy decoding on this many prompts and log the validation AL "
                         "(equal to the engine's; one drafter pass per reply)")

@@ -223,3 +223,17 @@ def test_shared_lm_head_training_leaves_the_target_head_alone(tmp_path):
     assert torch.equal(tgt.model.get_output_embeddings().weight, head_before)
     d = load_drafter(t.export(tmp_path / "export", dtype=torch.float32), tgt)
     assert d.lm_head is None and d.cfg.draft_vocab_size == 50
+
+
+def test_argmax_ce_objective_trains_towards_the_target_top_token(tmp_path):
+    """--objective argmax-ce: the loss is the cross-entropy on the target's top token, and it falls."""
+    tgt = tiny_target(vocab=50, seed=0)
+    with pytest.raises(ValueError, match="use one of kl, argmax-ce"):
+        Trainer(tgt, _samples(), TrainConfig(objective="ce"), tmp_path / "bad", torch.arange(40))
+    cfg = TrainConfig(method="peagle", num_layers=1, draft_vocab_size=40, max_depth=3, steps=30, batch_size=3, max_len=30,
+                      lr=3e-3, warmup_steps=2, checkpoint_every=15, seed=1, layout="padded", objective="argmax-ce")
+    ids, _ = build_draft_vocab(token_counts(_samples(), 50) + 1, 40)
+    hist = Trainer(tgt, _samples(), cfg, tmp_path / "run", ids).run(progress=False)
+    first, last = sum(r["loss"] for r in hist[:3]) / 3, sum(r["loss"] for r in hist[-3:]) / 3
+    assert last < 0.8 * first, (first, last)
+    assert first > 0.8 * torch.log(torch.tensor(40.0))            # starts near log(Vd): a cross-entropy, not a KL

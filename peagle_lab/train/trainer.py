@@ -25,7 +25,7 @@ from tqdm.auto import tqdm
 from ..drafter import DrafterConfig, Eagle3Drafter, init_drafter, save_drafter
 from .cod import Elements, cod_sample
 from .data import Sample
-from .loss import LossParts, SeqData, packed_loss, padded_loss, sequence_loss, supervised_mask
+from .loss import OBJECTIVES, LossParts, SeqData, packed_loss, padded_loss, sequence_loss, supervised_mask
 
 RESUME_MAY_CHANGE = ("steps", "checkpoint_every", "num_segments", "layout", "attention", "val_k")
 LAYOUTS = {"packed": sequence_loss, "per_conversation": packed_loss, "padded": padded_loss}  # padded: per method
@@ -57,6 +57,7 @@ class TrainConfig:
     group_by_length: bool = False       # batches of similar lengths (less padding; still a random order of batches)
     val_k: int = 7                      # K of the validation AL replayed at each checkpoint (when replies are given)
     share_lm_head: bool = False         # no lm_head of its own: the target's (frozen), full vocabulary (Vd = V)
+    objective: str = "kl"               # "kl" (the target's distribution) | "argmax-ce" (its top token: T=0 acceptance)
 
 
 def _lr_lambda(cfg: TrainConfig):
@@ -175,6 +176,8 @@ class Trainer:
             raise ValueError("no training samples; regenerate data first")
         if cfg.layout not in LAYOUTS:
             raise ValueError(f"unknown layout {cfg.layout!r}; use one of {', '.join(LAYOUTS)}")
+        if cfg.objective not in OBJECTIVES:
+            raise ValueError(f"unknown objective {cfg.objective!r}; use one of {', '.join(OBJECTIVES)}")
         self.target, self.samples, self.cfg = target, samples, cfg
         self.out_dir = Path(out_dir)
         self.out_dir.mkdir(parents=True, exist_ok=True)
@@ -241,7 +244,7 @@ class Trainer:
             loss_fn = LAYOUTS[cfg.layout]
             parts: LossParts = loss_fn(self.drafter, el, data, method=cfg.method, max_depth=cfg.max_depth,
                                        num_segments=cfg.num_segments, normalizer=max(count, 1), backward=True,
-                                       attention=cfg.attention)
+                                       attention=cfg.attention, objective=cfg.objective)
         if world > 1:
             for p in self.drafter.parameters():
                 if p.grad is not None:
