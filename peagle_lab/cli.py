@@ -123,9 +123,26 @@ def cmd_train(args) -> int:
     mark(f"target loaded on {target.device}")
     samples = load_samples(args.data)
     mark(f"{len(samples)} conversations loaded")
+    init = None
+    if args.init_from:                                   # fine-tune an exported drafter: its shape and vocabulary
+        from .drafter import load_drafter
+
+        init = load_drafter(args.init_from, target)
+        if init.cfg.parallel_drafting != (args.method == "peagle"):
+            raise SystemExit(f"--init-from {args.init_from} is {'a P-EAGLE' if init.cfg.parallel_drafting else 'an EAGLE-3'}"
+                             f" drafter; pass --method {'peagle' if init.cfg.parallel_drafting else 'eagle'}")
+        args.num_layers, args.intermediate_size = init.cfg.num_layers, init.cfg.intermediate_size
+        args.draft_vocab_size, args.share_lm_head = init.cfg.draft_vocab_size, not init.cfg.has_lm_head
+        if init.cfg.trained_depth:
+            args.max_depth = init.cfg.trained_depth
+        mark(f"starting from {args.init_from} ({init.cfg.num_layers} layer(s), draft vocab {init.cfg.draft_vocab_size})")
     if args.share_lm_head:
         args.draft_vocab_size = target.vocab_size        # the target's own head scores every token
     ids, coverage = build_draft_vocab(token_counts(samples, target.vocab_size), args.draft_vocab_size)
+    if init is not None:                                 # keep the drafter's own vocabulary (its lm_head rows)
+        counts = token_counts(samples, target.vocab_size)
+        ids = init.to_target_ids(torch.arange(init.cfg.draft_vocab_size)).cpu()
+        coverage = float(counts[ids].sum()) / max(1, int(counts.sum()))
     print(f"draft vocab {args.draft_vocab_size}: covers {coverage:.1%} of reply tokens in {len(samples)} conversations",
           file=sys.stderr)
     cfg = TrainConfig(method=args.method, num_layers=args.num_layers, intermediate_size=args.intermediate_size,
@@ -142,7 +159,7 @@ def cmd_train(args) -> int:
         val = validation_replies(target, [target.chat_ids(p) for p in load_prompts(args.val_set, args.val_prompts, spread=True)],
                                  args.val_tokens, args.val_k)
         mark(f"{len(val)} validation replies generated ({args.val_set})")
-    trainer = Trainer(target, samples, cfg, args.out, ids, val_replies=val)
+    trainer = Trainer(target, samples, cfg, args.out, ids, drafter=init, val_replies=val)
     mark("trainer ready; training starts")
     history = trainer.run(time_budget_s=60 * args.max_minutes if args.max_minutes else None,
                           progress=rank_and_world()[0] == 0)
@@ -298,6 +315,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="no lm_head of its own: draft with the target's output layer over the full vocabulary (100%% "
                         "coverage, a smaller file; each draft slot then costs a full-vocabulary matmul). vLLM shares the "
                         "target's head with such a checkpoint (benchmarks/results/vllm_shared_head_probe.json)")
+    s.add_argument("--init-from", default=None,
+                   help="start from an exported drafter folder (fine-tuning): its layers, width, vocabulary and depth "
+                        "replace --num-layers, --intermediate-size, --draft-vocab-size and --max-depth")
     s.add_argument("--objective", default="kl", choices=["kl", "argmax-ce"],
                    help="kl: match the target's distribution (greedy and sampled acceptance); argmax-ce: its top "
                         "token only, what greedy (T=0) acceptance rewards")

@@ -237,3 +237,19 @@ def test_argmax_ce_objective_trains_towards_the_target_top_token(tmp_path):
     first, last = sum(r["loss"] for r in hist[:3]) / 3, sum(r["loss"] for r in hist[-3:]) / 3
     assert last < 0.8 * first, (first, last)
     assert first > 0.8 * torch.log(torch.tensor(40.0))            # starts near log(Vd): a cross-entropy, not a KL
+
+
+def test_fine_tuning_an_exported_drafter_continues_from_its_weights(tmp_path):
+    """Trainer(drafter=load_drafter(...)) (the CLI's --init-from) starts where the export left off."""
+    t = _trainer(tmp_path / "first", "peagle", steps=20)
+    hist = t.run(progress=False)
+    d = load_drafter(t.export(tmp_path / "export", dtype=torch.float32), t.target)
+    ids = d.to_target_ids(torch.arange(d.cfg.draft_vocab_size))
+    with pytest.raises(ValueError, match="pass its own ids"):
+        Trainer(t.target, _samples(), t.cfg, tmp_path / "bad", torch.arange(40), drafter=d)
+    cfg = TrainConfig(**{**t.cfg.__dict__, "steps": 3, "seed": 1})
+    tuned = Trainer(t.target, _samples(), cfg, tmp_path / "tune", ids, drafter=d).run(progress=False)
+    fresh = _trainer(tmp_path / "fresh", "peagle", steps=3).run(progress=False)
+    # same first batch (same seed): the loaded drafter's loss is the trained one's, far below a fresh start
+    assert tuned[0]["loss"] < 0.9 * fresh[0]["loss"]
+    assert abs(tuned[0]["loss"] - sum(r["loss"] for r in hist[-3:]) / 3) < 0.25 * fresh[0]["loss"]

@@ -198,6 +198,11 @@ class Trainer:
                 drafter.init_head_from_target(target)
             elif cfg.head_init != "random":
                 raise ValueError(f"unknown head_init {cfg.head_init!r}; use 'target' or 'random'")
+        else:                                           # fine-tuning: the drafter's vocabulary must be draft_ids
+            own = drafter.to_target_ids(torch.arange(drafter.cfg.draft_vocab_size, device=drafter.fc.weight.device)).cpu()
+            if not torch.equal(own, self.draft_ids.cpu()):
+                raise ValueError("the drafter's draft vocabulary differs from draft_ids: pass its own ids "
+                                 "(drafter.to_target_ids(torch.arange(Vd))) to fine-tune it")
         self.drafter = drafter.to(self.device).train()
         params = [p for p in self.drafter.parameters() if p.requires_grad]
         self.opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.95))
