@@ -141,7 +141,7 @@ def cmd_train(args) -> int:
     ids, coverage = build_draft_vocab(token_counts(samples, target.vocab_size), args.draft_vocab_size)
     if init is not None:                                 # keep the drafter's own vocabulary (its lm_head rows)
         counts = token_counts(samples, target.vocab_size)
-        ids = init.to_target_ids(torch.arange(init.cfg.draft_vocab_size)).cpu()
+        ids = init.to_target_ids(torch.arange(init.cfg.draft_vocab_size, device=init.fc.weight.device)).cpu()
         coverage = float(counts[ids].sum()) / max(1, int(counts.sum()))
     print(f"draft vocab {args.draft_vocab_size}: covers {coverage:.1%} of reply tokens in {len(samples)} conversations",
           file=sys.stderr)
