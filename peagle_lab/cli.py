@@ -107,7 +107,7 @@ def cmd_train(args) -> int:
 
     from .target import Target
     from .train.data import load_samples
-    from .train.trainer import TrainConfig, Trainer, init_distributed, rank_and_world, validation_replies
+    from .train.trainer import TrainConfig, Trainer, finish_distributed, init_distributed, rank_and_world, validation_replies
     from .train.vocab import build_draft_vocab, token_counts
 
     init_distributed()                                  # no-op unless launched by torchrun
@@ -164,6 +164,7 @@ def cmd_train(args) -> int:
     history = trainer.run(time_budget_s=60 * args.max_minutes if args.max_minutes else None,
                           progress=rank_and_world()[0] == 0)
     if rank_and_world()[0] != 0:
+        finish_distributed()                            # waits for rank 0's export
         return 0
     dtype = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch.float16}[args.export_dtype]
     path = trainer.export(args.export or f"{args.out}/drafter", dtype=dtype)
@@ -172,6 +173,7 @@ def cmd_train(args) -> int:
     print(json.dumps({"drafter": str(path), "steps": trainer.step, "draft_vocab_coverage": coverage,
                       "final_loss": last.get("loss"), "acc_per_depth": last.get("acc_per_depth"),
                       "validation_al": val_al[-1] if val_al else None}))
+    finish_distributed()
     return 0
 
 

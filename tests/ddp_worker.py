@@ -8,7 +8,7 @@ sys.path.insert(0, __file__.rsplit("/", 1)[0])
 from helpers import tiny_target  # noqa: E402
 from test_training import _samples  # noqa: E402
 
-from peagle_lab.train.trainer import TrainConfig, Trainer, init_distributed, rank_and_world  # noqa: E402
+from peagle_lab.train.trainer import TrainConfig, Trainer, finish_distributed, init_distributed, rank_and_world  # noqa: E402
 from peagle_lab.train.vocab import build_draft_vocab, token_counts  # noqa: E402
 
 init_distributed()
@@ -21,3 +21,4 @@ trainer = Trainer(tgt, _samples(), cfg, sys.argv[2], ids)
 trainer.run(progress=False)
 if rank_and_world()[0] == 0:
     torch.save({"state": trainer.drafter.state_dict(), "losses": [r["loss"] for r in trainer.history]}, sys.argv[1])
+finish_distributed()

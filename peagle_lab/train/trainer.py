@@ -84,6 +84,15 @@ def init_distributed() -> None:
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
 
 
+def finish_distributed() -> None:
+    """Leave the process group together (barrier, then destroy): a rank that exits while another is
+    still writing its results can otherwise abort in gloo's threads ("terminate called without an
+    active exception")."""
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+
+
 def sdpa_backends(device: torch.device):
     """Scaled-dot-product attention without the cuDNN backend on CUDA (a no-op elsewhere).
 
