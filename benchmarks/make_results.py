@@ -253,7 +253,19 @@ def replay_section(path: Path, r: dict) -> list[str]:
     return lines + [""]
 
 
-SECTIONS = {"replay_": replay_section, "train_step_": train_step_section, "kernel_": kernel_section, "train_memory_": memory_section, "drafter_forward_": drafter_forward_section}
+def finetune_ab_section(path: Path, r: dict) -> list[str]:
+    """A fine-tuning A/B on the device (same start, data and steps; one setting changed), with the replayed AL."""
+    lines = [f"## `{path.name}`", "", f"- date: {r['date']}; machine: {r['machine']}", f"- {r['what']}",
+             f"- data: {r['data']}; script: {r['script']}", "",
+             "| run | objective | steps | last-batch agreement per depth | command |", "|---|---|---|---|---|"]
+    for run in r["runs"]:
+        acc = ", ".join(f"{a:.2f}" for a in run["final_acc_per_depth"])
+        lines.append(f"| {run['name']} | {run['objective']} | {run['steps']} | {acc} | `{run['command']}` |")
+    al = ", ".join(f"{k} {v:.3f}" for k, v in r["mt_bench_al_k7_80_prompts"].items())
+    return lines + ["", f"MT-Bench AL at K=7, all 80 prompts (`{r['replay']}`): {al}. {r['conclusion']}.", ""]
+
+
+SECTIONS = {"device_finetune_": finetune_ab_section, "replay_": replay_section, "train_step_": train_step_section, "kernel_": kernel_section, "train_memory_": memory_section, "drafter_forward_": drafter_forward_section}
 
 
 def main() -> None:
