@@ -4,8 +4,9 @@
 # data, batch and wall time; 11_collect.sh (the next call, within 30 s) waits for their exports.
 #   RUNS="name:method:layers:mlp:vd ..."   vd "shared" = --share-lm-head (the target's output layer, full vocabulary).
 #   Run 5 (2026-12-01) used "eagle-smollm2:eagle:1:1024:4096 peagle3-smollm2:peagle:3:256:4096 peagle4-smollm2:peagle:4:256:2048".
-#   Default now: the next experiment, both methods with the target's head (no draft lm_head: 4.7 MB freed, 100% coverage)
-#   beside the shipped P-EAGLE shape as a control.
+#   Default: run 6 (2026-12-01e), both methods with the target's head (no draft lm_head: 4.7 MB freed, 100% coverage)
+#   beside the shipped P-EAGLE shape as a control. Result (all 80 MT-Bench prompts, K=7): EAGLE-3 2.19 -> 2.30,
+#   P-EAGLE 1.94 -> 1.96 (results/device_train_2026-12-01e.json, replay_acceptance_mtbench80.json).
 # Validation AL (replayed, = the engine's at K=7 on 10 MT-Bench prompts) is logged at every checkpoint.
 # Batches grouped by length (1.5x supervised elements/s on the H200: results/train_step_grouped_h200.json).
 # Carry: parts/gguf.part-02 parts/wheels
