@@ -12,10 +12,15 @@ while [ "$SECONDS" -lt "$limit" ]; do
   sleep 5
 done
 echo "waited ${SECONDS} s"
+logs=()
 for r in $RUNS; do
   name=${r%%:*}
-  cp "/tmp/pk/train-$name.log" "$OUT/"
+  logs+=("train-$name.log")
   grep -a '^\[' "/tmp/pk/train-$name.log"; tail -c 500 "/tmp/pk/train-$name.log"; echo
-  [ -f "/tmp/pk/$name/training.json" ] && tar czf "$OUT/$name.tgz" -C /tmp/pk "$name"
+  # Archives over the device's 16 MiB return limit (drafters above the shipping cap) come back in 15 MiB parts:
+  # join them with `cat NAME.tgz.part-* > NAME.tgz`.
+  [ -f "/tmp/pk/$name/training.json" ] && tar czf "/tmp/pk/$name.tgz" -C /tmp/pk "$name" \
+    && split -b 15m -d "/tmp/pk/$name.tgz" "$OUT/$name.tgz.part-"
 done
+tar czf "$OUT/logs.tgz" -C /tmp/pk "${logs[@]}"
 ls -la "$OUT"
