@@ -183,7 +183,8 @@ def memory_section(path: Path, r: dict) -> list[str]:
 
 def train_run_section(path: Path, r: dict) -> list[str]:
     """A shipped-drafter training run on the device (commands, steps, final per-depth accuracy)."""
-    lines = [f"## `{path.name}`", "", f"- date: {r['date']}; machine: {r['machine']}", f"- data: {r['data']['source']}", ""]
+    lines = [f"## `{path.name}`", "", f"- date: {r['date']}; machine: {r['machine']}", f"- data: {r['data']['source']}"]
+    lines += ([f"- question: {r['question']}"] if r.get("question") else []) + [""]
     for run in r["runs"]:
         acc = ", ".join(f"{a:.2f}" for a in run["final_acc_per_depth"])
         lines += [f"### {run['method']}", "", f"- command: `{run['command']}`",

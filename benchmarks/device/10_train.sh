@@ -7,6 +7,9 @@
 #   Default: run 6 (2026-12-01e), both methods with the target's head (no draft lm_head: 4.7 MB freed, 100% coverage)
 #   beside the shipped P-EAGLE shape as a control. Result (all 80 MT-Bench prompts, K=7): EAGLE-3 2.19 -> 2.30,
 #   P-EAGLE 1.94 -> 1.96 (results/device_train_2026-12-01e.json, replay_acceptance_mtbench80.json).
+#   Run 7 (2026-12-01f) measured the 16 MiB cap with RUNS="peagleL4-smollm2:peagle:4:1536:shared
+#   peagleL2-smollm2:peagle:2:1536:shared eagleL2-smollm2:eagle:2:1536:shared" (full-width MLP, 17-31 MB, not shippable;
+#   11_collect.sh brings such archives back in parts).
 # Validation AL (replayed, = the engine's at K=7 on 10 MT-Bench prompts) is logged at every checkpoint.
 # Batches grouped by length (1.5x supervised elements/s on the H200: results/train_step_grouped_h200.json).
 # Carry: parts/gguf.part-02 parts/wheels
