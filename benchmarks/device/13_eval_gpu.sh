@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# `peagle-lab eval` on the H200 (after 06_park.sh twice, carrying only parts/gguf.part-00, then -01): the replay
+# evaluation's oracle test on CUDA (evaluate_drafters == the engine, per drafter and per category), then the
+# shipped pair on all 80 MT-Bench prompts at K=7 with the target and drafters on the GPU.
+# Carry: parts/gguf.part-02 parts/wheels
+set -uxo pipefail
+export PEAGLE_GGUF=/tmp/pk/SmolLM2-135M-Instruct.Q4_1.gguf PEAGLE_CACHE=/tmp/pk/cache PYTHONPATH=. PYTHONUNBUFFERED=1
+python -m pip install -q --no-deps parts/wheels/*.whl
+[ -f "$PEAGLE_GGUF" ] || cat /tmp/pk/gguf.part-00 /tmp/pk/gguf.part-01 parts/gguf.part-02 > "$PEAGLE_GGUF"
+python -c "from peagle_lab.assets import resolve_target; print(resolve_target(None))" 2>&1 | tail -n 1
+PEAGLE_TEST_DEVICE=cuda timeout 120 python -m pytest -q -p no:cacheprovider tests/test_eval.py > "$OUT/gpu_eval_tests.log" 2>&1
+tail -n 5 "$OUT/gpu_eval_tests.log"
+echo "tests done at ${SECONDS} s"
+timeout 300 python -m peagle_lab eval peagle-smollm2 eagle-smollm2 --num-prompts 80 --k 7 --device cuda \
+  --json "$OUT/eval_h200_mtbench80.json" > "$OUT/eval_h200.log" 2>&1
+grep -av "Loading weights\|greedy replies" "$OUT/eval_h200.log" | tail -n 12
+echo "done at ${SECONDS} s"
