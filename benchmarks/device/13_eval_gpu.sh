@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `peagle-lab eval` on the H200 (after 06_park.sh twice, carrying only parts/gguf.part-00, then -01): the replay
 # evaluation's oracle test on CUDA (evaluate_drafters == the engine, per drafter and per category), then the
-# shipped pair on all 80 MT-Bench prompts at K=7 with the target and drafters on the GPU.
+# shipped pair on 40 MT-Bench prompts spread over the set (every category) at K=7 with the target and drafters on the GPU.
 # Carry: parts/gguf.part-02 parts/wheels
 set -uxo pipefail
 export PEAGLE_GGUF=/tmp/pk/SmolLM2-135M-Instruct.Q4_1.gguf PEAGLE_CACHE=/tmp/pk/cache PYTHONPATH=. PYTHONUNBUFFERED=1
@@ -11,7 +11,7 @@ python -c "from peagle_lab.assets import resolve_target; print(resolve_target(No
 PEAGLE_TEST_DEVICE=cuda timeout 120 python -m pytest -q -p no:cacheprovider tests/test_eval.py > "$OUT/gpu_eval_tests.log" 2>&1
 tail -n 5 "$OUT/gpu_eval_tests.log"
 echo "tests done at ${SECONDS} s"
-timeout 300 python -m peagle_lab eval peagle-smollm2 eagle-smollm2 --num-prompts 80 --k 7 --device cuda \
-  --json "$OUT/eval_h200_mtbench80.json" > "$OUT/eval_h200.log" 2>&1
+timeout 240 python -m peagle_lab eval peagle-smollm2 eagle-smollm2 --num-prompts 40 --spread --k 7 --device cuda \
+  --json "$OUT/eval_h200_mtbench40.json" > "$OUT/eval_h200.log" 2>&1
 grep -av "Loading weights\|greedy replies" "$OUT/eval_h200.log" | tail -n 12
 echo "done at ${SECONDS} s"
