@@ -252,12 +252,12 @@ def cmd_eval(args) -> int:
                                 categories=load_categories(args.prompts, args.num_prompts, spread=args.spread))
     print(f"{len(prompts)} {args.prompts} prompts ({'spread' if args.spread else 'first'}), {args.max_new_tokens} new tokens, "
           f"K={args.k}, T=0; greedy replies {replies_s:.0f} s, replay {time.perf_counter() - t1:.0f} s", file=sys.stderr)
-    width = max(len(n) for n in results) + 2
-    print(f"{'drafter':<{width}}{'method':<8}{'AL':>6}  acceptance per position       second draft right  coverage")
+    width, pw = max(len(n) for n in results) + 2, max(5 * args.k - 1, len("acceptance per position"))
+    print(f"{'drafter':<{width}}{'method':<8}{'AL':>6}  {'acceptance per position':<{pw}}  second draft right  coverage")
     for name, r in results.items():
         pos = " ".join(f"{a:.2f}" for a in r["acceptance_per_position"])
         second = r["agreement_all_positions"][1] if args.k > 1 else float("nan")
-        print(f"{name:<{width}}{r['method']:<8}{r['acceptance_length']:>6.2f}  {pos:<29} {second:>17.2f}  {r['draft_vocab_coverage']:>8.1%}")
+        print(f"{name:<{width}}{r['method']:<8}{r['acceptance_length']:>6.2f}  {pos:<{pw}}  {second:>18.2f}  {r['draft_vocab_coverage']:>8.1%}")
     for name, r in results.items():
         if "acceptance_length_by_category" in r:
             cats = ", ".join(f"{c} {al:.2f}" for c, al in r["acceptance_length_by_category"].items())
