@@ -44,6 +44,8 @@ def main() -> None:
     replies = greedy_replies(target, prompts, k=args.k, max_new_tokens=args.max_new_tokens)
     gen_s = time.perf_counter() - t0
     specs = dict(spec.split("=", 1) for spec in args.drafters)
+    if len(specs) != len(args.drafters):
+        raise SystemExit("two drafters share a NAME; give each its own NAME=FOLDER")
     t1 = time.perf_counter()
     results = evaluate_drafters(target, {name: load_drafter(path, target) for name, path in specs.items()}, prompts,
                                 replies, k=args.k, max_new_tokens=args.max_new_tokens,

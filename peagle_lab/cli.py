@@ -14,6 +14,16 @@ def _ints(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers like 3,5,7, got {text!r}") from None
 
 
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+    return value
+
+
 def _methods(text: str) -> list[str]:
     return [x.strip() for x in text.split(",") if x.strip()]
 
@@ -220,36 +230,47 @@ def _drafter_specs(specs: list[str]) -> dict[str, str]:
 
     out = {}
     for spec in specs:
-        name, _, folder = spec.partition("=") if "=" in spec else ("", "", spec)
+        is_folder = (Path(spec) / "config.json").exists()            # a folder whose name holds "=" stays whole
+        name, _, folder = spec.partition("=") if "=" in spec and not is_folder else ("", "", spec)
         if not Path(folder).exists() and folder in shipped():
             folder = str(shipped()[folder])
         if not (Path(folder) / "config.json").exists():
             have = ", ".join(shipped()) or "none"
             raise SystemExit(f"peagle-lab eval: {spec!r} is neither a drafter folder (with config.json) nor a shipped "
                              f"drafter (shipped: {have}); pass FOLDER or NAME=FOLDER")
-        out[name or Path(folder).name] = folder
+        label = name or Path(folder).name
+        if label in out:
+            raise SystemExit(f"peagle-lab eval: the label {label!r} names two drafters ({out[label]}, {folder}); "
+                             "label them: NAME=FOLDER")
+        out[label] = folder
     return out
 
 
 def cmd_eval(args) -> int:
     import datetime as dt
 
-    from .drafter import load_drafter
+    from .drafter import IncompatibleDrafter, check_compatible, load_drafter
     from .prompts import load_categories, load_prompts
     from .target import Target
     from .train.replay import evaluate_drafters, greedy_replies
 
     specs = _drafter_specs(args.drafters)
+    texts = load_prompts(args.prompts, args.num_prompts, spread=args.spread)     # a bad prompt file fails before any load
+    categories = load_categories(args.prompts, args.num_prompts, spread=args.spread)
     target = Target.load(args.target, device=args.device)
     drafters = {name: load_drafter(folder, target).to(target.device).eval() for name, folder in specs.items()}
-    texts = load_prompts(args.prompts, args.num_prompts, spread=args.spread)
+    for name, d in drafters.items():
+        try:
+            check_compatible(d, target, args.k if d.cfg.parallel_drafting else None)
+        except IncompatibleDrafter as err:
+            raise SystemExit(f"peagle-lab eval: {name}: {err}") from None
     prompts = [target.chat_ids(p) for p in texts]
     t0 = time.perf_counter()
     replies = greedy_replies(target, prompts, k=args.k, max_new_tokens=args.max_new_tokens, progress=True)
     replies_s = time.perf_counter() - t0
     t1 = time.perf_counter()
     results = evaluate_drafters(target, drafters, prompts, replies, k=args.k, max_new_tokens=args.max_new_tokens,
-                                categories=load_categories(args.prompts, args.num_prompts, spread=args.spread))
+                                categories=categories)
     print(f"{len(prompts)} {args.prompts} prompts ({'spread' if args.spread else 'first'}), {args.max_new_tokens} new tokens, "
           f"K={args.k}, T=0; greedy replies {replies_s:.0f} s, replay {time.perf_counter() - t1:.0f} s", file=sys.stderr)
     width, pw = max(len(n) for n in results) + 2, max(5 * args.k - 1, len("acceptance per position"))
@@ -409,12 +430,12 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("eval", help="acceptance of drafters on a prompt set at T=0, replayed offline (the engine's numbers, faster)")
     s.add_argument("drafters", nargs="+", help="drafter folders, shipped names (peagle-smollm2, eagle-smollm2) or NAME=FOLDER")
     s.add_argument("--prompts", default="mt-bench", help="mt-bench, humaneval, sharegpt or a .jsonl file")
-    s.add_argument("--num-prompts", type=int, default=80, help="prompts to score (default 80: all of MT-Bench)")
+    s.add_argument("--num-prompts", type=_positive, default=80, help="prompts to score (default 80: all of MT-Bench)")
     s.add_argument("--spread", action="store_true",
                    help="take --num-prompts evenly spaced over the set instead of the first (MT-Bench is sorted by "
                         "category; its first 10 are all writing)")
-    s.add_argument("--k", type=int, default=7, help="draft tokens per step")
-    s.add_argument("--max-new-tokens", type=int, default=128)
+    s.add_argument("--k", type=_positive, default=7, help="draft tokens per step")
+    s.add_argument("--max-new-tokens", type=_positive, default=128)
     s.add_argument("--target", default=None)
     s.add_argument("--device", default="cpu")
     s.add_argument("--json", default=None, help="also write the results to this file")

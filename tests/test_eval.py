@@ -5,7 +5,7 @@ import json
 import pytest
 
 from peagle_lab.cli import main
-from peagle_lab.drafter import load_drafter
+from peagle_lab.drafter import IncompatibleDrafter, load_drafter
 from peagle_lab.drafters_registry import shipped
 from peagle_lab.engine import generate
 from peagle_lab.prompts import PromptFileError, load_categories, load_prompts
@@ -23,10 +23,11 @@ def shipped_drafters(target):
 
 
 def test_evaluate_equals_the_engine_per_drafter_and_per_category(target, shipped_drafters):
-    texts = load_prompts("mt-bench", 2, spread=True)            # one writing, one coding prompt
-    cats = load_categories("mt-bench", 2, spread=True)
-    assert cats == ["writing", "coding"]
-    prompts = [target.chat_ids(p) for p in texts]
+    every, every_cat = load_prompts("mt-bench"), load_categories("mt-bench")
+    pick = [0, 1, 40]                                            # two writing prompts (pooled), one coding prompt
+    cats = [every_cat[i] for i in pick]
+    assert cats == ["writing", "writing", "coding"]
+    prompts = [target.chat_ids(every[i]) for i in pick]
     replies = greedy_replies(target, prompts, k=K, max_new_tokens=NEW)
     res = evaluate_drafters(target, shipped_drafters, prompts, replies, k=K, max_new_tokens=NEW, categories=cats)
     assert set(res) == set(shipped_drafters)
@@ -34,7 +35,7 @@ def test_evaluate_equals_the_engine_per_drafter_and_per_category(target, shipped
         method = "peagle" if drafter.cfg.parallel_drafting else "eagle"
         per_prompt = [generate(target, ids, method=method, drafter=drafter, k=K, max_new_tokens=NEW).acceptance
                       for ids in prompts]
-        pooled = per_prompt[0].merge(per_prompt[1])
+        pooled = per_prompt[0].merge(per_prompt[1]).merge(per_prompt[2])
         r = res[name]
         assert r["method"] == method
         assert r["steps"] == pooled.num_drafts
@@ -42,19 +43,29 @@ def test_evaluate_equals_the_engine_per_drafter_and_per_category(target, shipped
         assert r["acceptance_per_position"] == pytest.approx(pooled.per_position, abs=1e-4)
         assert r["drafts_accepted_per_prompt"] == [[s.num_drafts, s.num_accepted_tokens] for s in per_prompt]
         by_cat = r["acceptance_length_by_category"]
-        assert list(by_cat) == cats
-        for cat, st in zip(cats, per_prompt):
-            assert by_cat[cat] == pytest.approx(st.acceptance_length, abs=1e-4)
+        assert list(by_cat) == ["writing", "coding"]
+        assert by_cat["writing"] == pytest.approx(per_prompt[0].merge(per_prompt[1]).acceptance_length, abs=1e-4)
+        assert by_cat["coding"] == pytest.approx(per_prompt[2].acceptance_length, abs=1e-4)
         assert pooled.num_accepted_tokens > 0, f"{name} accepted nothing: the shipped drafter does not fit the target"
+        # where a step started, the first draft agrees with the real token exactly when the step accepted it
+        assert r["agreement_visited_positions"][0] == pytest.approx(r["acceptance_per_position"][0], abs=1e-4)
         assert 0.0 < r["draft_vocab_coverage"] <= 1.0
         assert len(r["agreement_all_positions"]) == len(r["agreement_visited_positions"]) == K
 
 
-def test_evaluate_refuses_mismatched_inputs(target, shipped_drafters):
+def test_evaluate_refuses_what_the_engine_refuses(target, shipped_drafters):
     with pytest.raises(ValueError, match="one reply"):
         evaluate_drafters(target, shipped_drafters, [[1, 2]], [], k=K, max_new_tokens=NEW)
+    with pytest.raises(ValueError, match="one category"):
+        evaluate_drafters(target, shipped_drafters, [[1, 2]], [[3, 4]], k=K, max_new_tokens=NEW, categories=[])
     with pytest.raises(ValueError, match="at least one prompt"):
         evaluate_drafters(target, shipped_drafters, [], [], k=K, max_new_tokens=NEW)
+    with pytest.raises(ValueError, match="must be >= 1"):
+        evaluate_drafters(target, shipped_drafters, [[1, 2]], [[3, 4]], k=0, max_new_tokens=NEW)
+    peagle = {n: d for n, d in shipped_drafters.items() if d.cfg.parallel_drafting}
+    depth = next(iter(peagle.values())).cfg.trained_depth
+    with pytest.raises(IncompatibleDrafter, match="exceeds the depth"):
+        evaluate_drafters(target, peagle, [[1, 2]], [[3] * 40], k=depth + 1, max_new_tokens=NEW)
 
 
 def test_al_by_category_pools_drafts_and_skips_unlabelled():
@@ -83,15 +94,29 @@ def test_categories_follow_the_prompt_selection(tmp_path):
 def test_eval_command_writes_results_and_names_a_bad_drafter(tmp_path, capsys):
     out = tmp_path / "eval.json"
     folder = shipped()["peagle-smollm2"]
-    assert main(["eval", "peagle-smollm2", f"mine={folder}", "--num-prompts", "1", "--max-new-tokens", "8",
+    assert main(["eval", f"mine={folder}", "eagle-smollm2", "--num-prompts", "1", "--max-new-tokens", "8",
                  "--k", "3", "--json", str(out)]) == 0
     rec = json.loads(out.read_text())
-    assert set(rec["results"]) == {"peagle-smollm2", "mine"}
-    assert rec["results"]["mine"] == rec["results"]["peagle-smollm2"]      # same folder, same numbers
+    assert set(rec["results"]) == {"mine", "eagle-smollm2"}
+    assert rec["drafters"]["mine"] == str(folder)
+    assert rec["results"]["mine"]["method"] == "peagle" and rec["results"]["eagle-smollm2"]["method"] == "eagle"
     assert rec["settings"]["num_prompts"] == 1 and rec["settings"]["k"] == 3
     assert rec["results"]["mine"]["acceptance_length_by_category"] == {
         "writing": rec["results"]["mine"]["acceptance_length"]}
     printed = capsys.readouterr().out
-    assert "peagle-smollm2" in printed and "by category: writing" in printed
+    assert "mine" in printed and "by category: writing" in printed
     with pytest.raises(SystemExit, match="neither a drafter folder.*shipped: "):
         main(["eval", str(tmp_path / "nowhere"), "--num-prompts", "1"])
+    with pytest.raises(SystemExit, match="names two drafters"):
+        main(["eval", f"x={folder}", f"x={shipped()['eagle-smollm2']}", "--num-prompts", "1"])
+    with pytest.raises(SystemExit, match="exceeds the depth"):
+        main(["eval", "peagle-smollm2", "--num-prompts", "1", "--k", "99"])
+    for flag in ("--k", "--num-prompts", "--max-new-tokens"):
+        with pytest.raises(SystemExit) as err:
+            main(["eval", "peagle-smollm2", flag, "0"])
+        assert err.value.code == 2                                  # argparse: "expected a whole number >= 1"
+    odd = tmp_path / "lr=1e-3"                                      # a folder whose name holds "=" stays whole
+    odd.mkdir()
+    for f in folder.iterdir():
+        (odd / f.name).write_bytes(f.read_bytes())
+    assert main(["eval", str(odd), "--num-prompts", "1", "--max-new-tokens", "8", "--k", "3"]) == 0

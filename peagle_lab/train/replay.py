@@ -158,6 +158,12 @@ def evaluate_drafters(target, drafters: dict[str, Eagle3Drafter], prompts: list[
         raise ValueError("evaluate_drafters needs one reply (and one category, if given) per prompt")
     if not prompts:
         raise ValueError("evaluate_drafters needs at least one prompt")
+    if k < 1 or max_new_tokens < 1:
+        raise ValueError(f"k and max_new_tokens must be >= 1 (got k={k}, max_new_tokens={max_new_tokens})")
+    from ..drafter import check_compatible
+
+    for drafter in drafters.values():                       # refuse what the engine would refuse, before any work
+        check_compatible(drafter, target, k if drafter.cfg.parallel_drafting else None)
     eos = tuple(target.eos_token_ids)
     results = {}
     for name, drafter in drafters.items():
