@@ -113,6 +113,28 @@ def sharegpt_from_text(text: str) -> list[str]:
     return prompts
 
 
+def sharegpt_turns_from_text(text: str, max_turns: int = 8) -> list[list[str]]:
+    """Every human turn (up to ``max_turns``) of every complete ShareGPT conversation, one list per
+    conversation; the dataset's own replies are dropped (training regenerates them with the target).
+
+    >>> sharegpt_turns_from_text('[{"conversations": [{"from": "human", "value": "hi"}, {"from": "gpt", "value": "yo"},'
+    ...                          ' {"from": "human", "value": "and?"}]}, {"conversations": [{"from": "gpt", "value": "x"}]}]')
+    [['hi', 'and?']]
+    """
+    out = []
+    for record in iter_json_array_records(text):
+        turns = [t["value"] for t in record.get("conversations", [])
+                 if t.get("from") == "human" and isinstance(t.get("value"), str) and t["value"].strip()]
+        if turns:
+            out.append(turns[:max_turns])
+    return out
+
+
+def sharegpt_conversations(max_turns: int = 8) -> list[list[str]]:
+    """The human turns of ShareGPT's conversations (see :func:`sharegpt_turns_from_text`)."""
+    return sharegpt_turns_from_text(sharegpt_path().read_text(encoding="utf-8"), max_turns)
+
+
 @lru_cache(maxsize=None)
 def _load_set(name: str) -> tuple[str, ...]:
     if name == "mt-bench":
