@@ -8,7 +8,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
-MARKDOWN = [README, *sorted((ROOT / "docs").glob("*.md")), ROOT / "benchmarks" / "gpu" / "README.md"]
+MARKDOWN = [README, *sorted((ROOT / "docs").glob("*.md")), ROOT / "benchmarks" / "gpu" / "README.md",
+            ROOT / "benchmarks" / "RESULTS.md"]
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
 
 
@@ -90,3 +91,17 @@ def test_every_docs_page_is_in_the_index():
     for page in sorted((ROOT / "docs").glob("*.md")):
         if page.name != "README.md":
             assert f"]({page.name})" in index, f"docs/README.md does not list {page.name}"
+
+
+def test_results_md_is_what_make_results_generates():
+    """benchmarks/RESULTS.md is generated: rerun `python benchmarks/make_results.py` after adding a result."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("make_results", ROOT / "benchmarks" / "make_results.py")
+    make_results = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(make_results)
+    text = make_results.render()
+    assert text == (ROOT / "benchmarks" / "RESULTS.md").read_text(), \
+        "benchmarks/RESULTS.md is stale: run python benchmarks/make_results.py"
+    for path in sorted((ROOT / "benchmarks" / "results").glob("*.json")):
+        assert f"](results/{path.name})" in text, f"RESULTS.md does not show {path.name}"
