@@ -106,18 +106,18 @@ def cmd_regenerate(args) -> int:
 
     target = Target.load(args.target, device=args.device)
     if args.all_turns:                                   # every human turn, answered turn by turn
-        from .prompts import sharegpt_conversations
+        from .prompts import load_conversations
 
-        if str(args.prompts).lower() != "sharegpt":
-            raise SystemExit("--all-turns reads ShareGPT's multi-turn conversations; pass --prompts sharegpt")
-        convs = sharegpt_conversations()[args.skip_prompts: args.skip_prompts + args.num_prompts]
+        convs = load_conversations(args.prompts)[args.skip_prompts: args.skip_prompts + args.num_prompts]
         paths = regenerate_conversations(target, convs, args.out, max_new_tokens=args.max_new_tokens,
+                                         max_context_tokens=args.max_prompt_tokens,
                                          batch_size=args.batch_size, shard_size=args.shard_size,
                                          temperature=args.temperature, seed=args.seed)
         print(json.dumps({"out": args.out, "shards": len(paths), "conversations": len(convs)}))
         return 0
     prompts = load_prompts(args.prompts, args.num_prompts + args.skip_prompts)[args.skip_prompts:]
-    paths = regenerate(target, prompts, args.out, max_new_tokens=args.max_new_tokens, batch_size=args.batch_size,
+    paths = regenerate(target, prompts, args.out, max_new_tokens=args.max_new_tokens,
+                       max_prompt_tokens=args.max_prompt_tokens, batch_size=args.batch_size,
                        shard_size=args.shard_size, temperature=args.temperature, seed=args.seed)
     print(json.dumps({"out": args.out, "shards": len(paths), "prompts": len(prompts)}))
     return 0
@@ -372,8 +372,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--prompts", default="sharegpt", help="sharegpt (default), mt-bench, humaneval or a .jsonl file")
     s.add_argument("--num-prompts", type=int, default=2000)
     s.add_argument("--skip-prompts", type=int, default=0, help="start after this many prompts (a second data set)")
+    s.add_argument("--max-prompt-tokens", type=int, default=384,
+                   help="longest prompt (with --all-turns: longest context) asked; longer first turns are shortened, "
+                        "longer later contexts end the conversation")
     s.add_argument("--all-turns", action="store_true",
-                   help="ShareGPT: answer every human turn of each conversation, turn by turn (one sample per turn)")
+                   help="answer every human turn of each conversation (ShareGPT, or a JSONL file's \"turns\" lists), "
+                        "turn by turn, with the target's own earlier replies in context (one sample per turn)")
     s.add_argument("--out", required=True, help="folder for shard-*.pt (existing shards are kept)")
     s.add_argument("--max-new-tokens", type=int, default=256)
     s.add_argument("--batch-size", type=int, default=16)

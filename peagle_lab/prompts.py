@@ -130,9 +130,19 @@ def sharegpt_turns_from_text(text: str, max_turns: int = 8) -> list[list[str]]:
     return out
 
 
-def sharegpt_conversations(max_turns: int = 8) -> list[list[str]]:
-    """The human turns of ShareGPT's conversations (see :func:`sharegpt_turns_from_text`)."""
-    return sharegpt_turns_from_text(sharegpt_path().read_text(encoding="utf-8"), max_turns)
+def load_conversations(source: str | os.PathLike = "sharegpt", max_turns: int = 8) -> list[list[str]]:
+    """The human turns of each conversation: ShareGPT's (see :func:`sharegpt_turns_from_text`), or a JSONL
+    file's ``"turns"`` lists (a line with only ``"prompt"`` is a one-turn conversation)."""
+    if str(source).lower() == "sharegpt":
+        return sharegpt_turns_from_text(sharegpt_path().read_text(encoding="utf-8"), max_turns)
+    out = []
+    for where, record in _jsonl_records(source):
+        turns = record.get("turns") if isinstance(record, dict) else None
+        if isinstance(turns, list) and turns and all(isinstance(t, str) for t in turns):
+            out.append(turns[:max_turns])
+        else:
+            out.append([_first_turn(record, where)])
+    return out
 
 
 @lru_cache(maxsize=None)
