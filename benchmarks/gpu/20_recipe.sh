@@ -7,7 +7,11 @@
 #      with the target's own earlier replies in context: one greedy reply per turn (data/greedy) and two sampled at
 #      T=0.7 with other seeds (data/t07a, data/t07b);
 #   2. trains every arm in $ARMS side by side for TRAIN_MINUTES on the same data, batch and schedule;
-# then sleeps out the call. 11_collect.sh (next calls, within 30 s) brings the exports and logs back.
+# then sleeps out the call.
+# First use (2026-12-01, results/device_recipe_2026-12-01g.json) failed in two ways, both fixed here: shards of 128
+# conversations regenerated turn by turn made generate calls of <= 128 sequences (1.2 conversations/s, 1,369 samples
+# in 300 s; shards of 2,048 batch each turn 512 wide), and the mixed folder's links were not named shard-*.pt, so
+# only the greedy-only arm found data. 11_collect.sh (next calls, within 30 s) brings the exports and logs back.
 #   ARMS="name|method|data|flags"  data: all (greedy + both sampled) or greedy.
 set -uxo pipefail
 export PEAGLE_GGUF=/tmp/pk/SmolLM2-135M-Instruct.Q4_1.gguf PEAGLE_CACHE=/tmp/pk/cache PYTHONPATH=. PYTHONUNBUFFERED=1
@@ -28,13 +32,13 @@ cat > /tmp/pk/chain.sh <<CHAIN
 set -x
 cd /tmp/pk/code
 export PEAGLE_GGUF=$PEAGLE_GGUF PEAGLE_CACHE=$PEAGLE_CACHE PYTHONUNBUFFERED=1
-R="python -m peagle_lab regenerate --prompts /tmp/pk/sharegpt_turns.jsonl --all-turns --num-prompts 4000 --max-prompt-tokens 640 --max-new-tokens 384 --batch-size 384 --shard-size 128 --device cuda"
+R="python -m peagle_lab regenerate --prompts /tmp/pk/sharegpt_turns.jsonl --all-turns --num-prompts 4000 --max-prompt-tokens 640 --max-new-tokens 384 --batch-size 512 --shard-size ${SHARD:-2048} --device cuda"
 timeout ${REGEN_SECONDS:-300} \$R --out /tmp/pk/data/greedy > /tmp/pk/regen-greedy.log 2>&1 &
 timeout ${REGEN_SECONDS:-300} \$R --out /tmp/pk/data/t07a --temperature 0.7 --seed 1 > /tmp/pk/regen-t07a.log 2>&1 &
 timeout ${REGEN_SECONDS:-300} \$R --out /tmp/pk/data/t07b --temperature 0.7 --seed 2 > /tmp/pk/regen-t07b.log 2>&1 &
 wait
 mkdir -p /tmp/pk/mix/all /tmp/pk/mix/greedy
-for d in greedy t07a t07b; do for f in /tmp/pk/data/\$d/shard-*.pt; do b=\$(basename "\$f"); ln -sf "\$f" "/tmp/pk/mix/all/\$d-\$b"; done; done
+for d in greedy t07a t07b; do for f in /tmp/pk/data/\$d/shard-*.pt; do b=\$(basename "\$f"); ln -sf "\$f" "/tmp/pk/mix/all/shard-\$d-\${b#shard-}"; done; done
 for f in /tmp/pk/data/greedy/shard-*.pt; do ln -sf "\$f" "/tmp/pk/mix/greedy/\$(basename "\$f")"; done
 python - <<'PY' > /tmp/pk/data_stats.json
 import glob, json, torch
@@ -61,6 +65,6 @@ echo "wait" >> /tmp/pk/chain.sh
 cat /tmp/pk/chain.sh
 setsid nohup bash /tmp/pk/chain.sh > /tmp/pk/chain.log 2>&1 < /dev/null &
 echo "chain started at ${SECONDS} s"
-while [ "$SECONDS" -lt "${CALL_SECONDS:-585}" ]; do sleep 20; tail -c 200 /tmp/pk/regen-greedy.log | tr '\r' '\n' | tail -n 1; done
+while [ "$SECONDS" -lt "${CALL_SECONDS:-540}" ]; do sleep 20; tail -c 200 /tmp/pk/regen-greedy.log | tr '\r' '\n' | tail -n 1; done
 cat /tmp/pk/data_stats.json 2>/dev/null
 for n in $(cat /tmp/pk/runs.txt); do echo "== $n"; grep -a '^\[' "/tmp/pk/train-$n.log"; tail -c 300 "/tmp/pk/train-$n.log" | tr '\r' '\n' | tail -n 2; done
