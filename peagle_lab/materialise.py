@@ -49,6 +49,21 @@ def needs_materialising(path: str | os.PathLike) -> bool:
     return False
 
 
+def target_embedding(target) -> torch.Tensor:
+    """The target's input embedding ``(V, H)`` on the CPU, from a loaded target or its HF folder."""
+    if hasattr(target, "model"):
+        return target.model.get_input_embeddings().weight.detach().cpu()
+    from safetensors import safe_open
+
+    folder = Path(target)
+    for f in sorted(folder.glob("*.safetensors")):
+        with safe_open(str(f), "pt") as handle:
+            for key in handle.keys():
+                if key.endswith("embed_tokens.weight"):
+                    return handle.get_tensor(key)
+    raise FileNotFoundError(f"no embed_tokens.weight in {folder}'s safetensors; pass the loaded target instead")
+
+
 def _digest(path: Path, fingerprint: str) -> str:
     h = hashlib.sha256(fingerprint.encode())
     for f in sorted(path.iterdir()):
@@ -61,13 +76,13 @@ def _digest(path: Path, fingerprint: str) -> str:
 def materialise_for_vllm(path: str | os.PathLike, target) -> Path:
     """The vLLM-loadable folder for drafter ``path`` (``path`` itself when nothing needs writing).
 
-    ``target`` is a :class:`peagle_lab.target.Target` (its input embedding is copied) or anything
-    with ``.model.get_input_embeddings()``."""
+    ``target`` is a :class:`peagle_lab.target.Target` (its input embedding is copied) or the target's
+    Hugging Face folder (the embedding is read from its safetensors, no model is built)."""
     path = Path(path)
     if not needs_materialising(path):
         return path
     config = json.loads((path / "config.json").read_text())
-    embedding = target.model.get_input_embeddings().weight.detach().cpu()
+    embedding = target_embedding(target)
     fingerprint = embedding_fingerprint(embedding)
     wanted = config.get(FINGERPRINT_KEY)
     if wanted is not None and wanted != fingerprint:
@@ -91,8 +106,8 @@ def _write(src: Path, dest: Path, config: dict, embedding: torch.Tensor) -> None
         tensors.update(load_file(str(f)))
     row = tensors.pop("mask_embedding").reshape(-1)                         # (H,)
     mask_id = int(config["ptd_token_id"])
-    table = embedding.to(row.dtype).clone()                                # (V, H), in the drafter's dtype
-    table[mask_id] = row
+    table = embedding.clone()                                              # (V, H), the target's own dtype
+    table[mask_id] = row.to(table.dtype)                                   # exact: bf16 -> fp32 loses nothing
     tensors["embed_tokens.weight"] = table.contiguous()
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=dest.name + ".tmp-", dir=dest.parent))
