@@ -131,3 +131,24 @@ def test_multi_turn_regeneration_answers_every_turn_with_its_own_replies(target,
     reply = first.ids[first.prompt_len:].tolist()
     assert second.ids[: second.prompt_len].tolist() == target.chat_history_ids(convs[0], [reply])
     assert by_len[0].prompt_len == min(len(target.chat_ids(c[0])) for c in convs)
+
+
+def test_ablation_table_schema_and_sources():
+    """benchmarks/results/ablation_135m.json: every row names its lever, arm and source, and its AL equals the
+    source replay's (AL = 1 + sum of per-position acceptance); unmeasured levers say why."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    table = json.loads((root / "benchmarks/results/ablation_135m.json").read_text())
+    assert {"what", "date", "machine", "command", "rows", "not_measured"} <= set(table)
+    levers = {}
+    for r in table["rows"]:
+        assert {"lever", "arm", "method", "k", "num_prompts", "acceptance_length", "acceptance_per_position",
+                "second_draft_agreement", "source", "drafter_key"} <= set(r)
+        assert r["method"] in ("eagle", "peagle") and r["num_prompts"] == 80 and len(r["acceptance_per_position"]) == r["k"]
+        src = json.loads((root / r["source"]).read_text())["results"][r["drafter_key"]]
+        assert src["acceptance_length"] == r["acceptance_length"]
+        assert abs(1 + sum(r["acceptance_per_position"]) - r["acceptance_length"]) < 2e-3
+        levers.setdefault(r["lever"], []).append(r["arm"])
+    assert all(len(arms) >= 2 for arms in levers.values())              # a lever compares at least two arms
+    assert all(not r["measured"] and r["why"] for r in table["not_measured"])
