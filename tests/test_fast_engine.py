@@ -174,3 +174,35 @@ def test_graph_replay_equals_eager(target, mtbench_ids, shipped_drafters, method
 def test_launch_floor_measured():
     from peagle_lab.fast import launch_floor_us
     assert 0 < launch_floor_us(reps=200) < 1000
+
+
+def test_bench_fast_engine_rows(target, monkeypatch):
+    """`bench --engine fast`: rows say which engine ran, carry a per-step split, and stay identical to AR;
+    with keep_going a failing configuration records its error and the others run on."""
+    from peagle_lab import bench
+
+    assert bench.resolve_engine("auto", "cpu") == "teaching" and bench.resolve_engine("auto", "cuda:0") == "fast"
+    if not torch.cuda.is_available():
+        assert bench.resolve_device("auto") == "cpu"
+    real = bench.generate_fast
+
+    def flaky(target, ids, *, method, **kw):
+        if method == "eagle":
+            raise RuntimeError("boom")
+        return real(target, ids, method=method, **kw)
+
+    monkeypatch.setattr(bench, "generate_fast", flaky)
+    out = bench.run_bench(methods=["ar", "eagle", "peagle"], ks=[2], prompts="mt-bench", num_prompts=2, max_new_tokens=4,
+                          target=target, progress=False, engine="fast", keep_going=True)
+    rows = {r["method"]: r for r in out["results"]}
+    assert {r["engine"] for r in rows.values()} == {"fast"} and out["settings"]["engine"] == "fast"
+    assert rows["peagle"]["identical_to_ar"] is True and rows["peagle"]["new_tokens"] == 8
+    assert rows["eagle"]["error"] == "RuntimeError: boom" and rows["eagle"]["new_tokens"] == 0
+    split = rows["peagle"]["step_split_ms"]
+    assert split["steps"] >= 2
+    assert all(split[key] >= 0 for key in ("verify", "draft", "host"))
+    assert rows["ar"]["step_split_ms"]["steps"] == 8 and rows["ar"]["step_split_ms"]["verify"] > 0
+    assert rows["ar"]["num_prompts"] == 2
+    with pytest.raises(RuntimeError, match="boom"):
+        bench.run_bench(methods=["eagle"], ks=[2], prompts="mt-bench", num_prompts=1, max_new_tokens=2, target=target,
+                        progress=False, engine="fast")

@@ -63,7 +63,8 @@ class FastEngine:
             self.ctx_aux = torch.zeros(K + 1, H3, dtype=self.st.embed.dtype, device=dev)  # (K+1, 3H)
             self.ctx_n = torch.ones(1, **long)
             self.d_len = torch.zeros(1, **long)
-            self.dcache = StaticDrafterCache(drafter, max_len, scratch=K + 1)
+            # scratch for padding slots; slot counts kept multiples of 16 (aligned masks for fused attention)
+            self.dcache = StaticDrafterCache(drafter, max_len, scratch=-(-(K + 1) // 16) * 16)
         self.verify = StepGraph(self._verify, dev, capture=capture)
         self.draft = StepGraph(self._draft, dev, capture=capture) if drafter is not None else None
         self.reason = self.verify.reason
@@ -133,9 +134,9 @@ class FastEngine:
             t3 = time.perf_counter()
             K = self.k
             n, choice, drafts = out[0], out[1: K + 2], out[K + 2:]
-            steps.append(Step(drafts, n, choice[n]))
-            if stats is not None:
+            if stats is not None:                                           # AR keeps no steps, as engine.generate
                 stats.record(n)
+                steps.append(Step(drafts, n, choice[n]))
             tokens, done = _finish(tokens + choice[: n + 1], max_new_tokens, eos)
             if cuda:                                                        # GPU time; host = the rest of the step
                 draft_s, verify_s = events[0].elapsed_time(events[1]) / 1e3, events[1].elapsed_time(events[2]) / 1e3
@@ -162,13 +163,15 @@ def fast_engine(target: Target, method: str, drafter: Eagle3Drafter | None, k: i
     return table[key]
 
 
+@torch.inference_mode()       # capture and warm-up too: no autograd state in any static buffer
 def generate_fast(target: Target, prompt_ids: list[int], *, method: str = "peagle", drafter: Eagle3Drafter | None = None,
                   k: int = 5, max_new_tokens: int = 128, temperature: float = 0.0, top_p: float = 1.0,
                   seed: int | None = None, stop_at_eos: bool = True, max_len: int = 2048, capture: bool = True,
                   time_split: bool = True) -> SpecResult:
     """:func:`peagle_lab.engine.generate` over static caches and captured steps (greedy).
 
-    ``max_len``: the static cache size (prompt + max_new_tokens + K + 1 must fit). ``capture=False``
+    ``max_len``: the static cache size, rounded up to a multiple of 64 (prompt + max_new_tokens + K + 1
+    must fit; one cache and one set of graphs per size, so keep it fixed across prompts). ``capture=False``
     runs the same fixed-shape steps eagerly. ``temperature > 0`` falls back to the teaching engine.
     """
     if method not in METHODS:
@@ -189,5 +192,6 @@ def generate_fast(target: Target, prompt_ids: list[int], *, method: str = "peagl
         if method == "peagle" and drafter.mask_hidden is None:
             raise ValueError("parallel drafting needs a P-EAGLE drafter (mask token + mask_hidden); "
                              "this one is sequential-only: use method 'eagle' or a P-EAGLE checkpoint")
+    max_len = -(-int(max_len) // 64) * 64
     engine = fast_engine(target, method, drafter if method != "ar" else None, k, max_len, capture)
     return engine.generate(prompt_ids, max_new_tokens, target.eos_token_ids if stop_at_eos else (), time_split)

@@ -85,10 +85,13 @@ def memory_floor_ms(weight_bytes: int, bandwidth_bytes_per_s: float = H200_HBM_B
     return weight_bytes / bandwidth_bytes_per_s * 1e3
 
 
-def module_weight_bytes(module: torch.nn.Module) -> int:
-    """Bytes of a module's parameters and buffers, each storage once."""
+def module_weight_bytes(module: torch.nn.Module, skip: tuple[str, ...] = ()) -> int:
+    """Bytes of a module's parameters and buffers, each storage once, leaving out names containing
+    any of ``skip`` (an embedding table is looked up a row at a time, not streamed)."""
     seen, total = set(), 0
-    for t in [*module.parameters(), *module.buffers()]:
+    for name, t in [*module.named_parameters(), *module.named_buffers()]:
+        if any(part in name for part in skip):
+            continue
         if t.data_ptr() not in seen:
             seen.add(t.data_ptr())
             total += t.numel() * t.element_size()

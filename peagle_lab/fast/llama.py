@@ -67,9 +67,10 @@ class StaticTarget:
 
     @property
     def weight_bytes(self) -> int:
-        """Bytes of weight one forward reads (each tensor once; a tied head counts once)."""
+        """Bytes of weight one forward streams: every layer, the final norm and the output layer (the
+        input embedding is looked up a row at a time; tied to the output layer it counts once)."""
         seen, total = set(), 0
-        for t in [self.embed, self.head, self.final_norm.weight, *(p for layer in self.layers for p in layer.parameters())]:
+        for t in [self.head, self.final_norm.weight, *(p for layer in self.layers for p in layer.parameters())]:
             if t.data_ptr() not in seen:
                 seen.add(t.data_ptr())
                 total += t.numel() * t.element_size()
