@@ -53,6 +53,7 @@ class _Row:
     seconds: float = 0.0
     stats: AcceptanceStats | None = None
     identical: bool | None = None
+    identical_prompts: int = 0
     times: dict = field(default_factory=lambda: {"prefill": 0.0, "draft": 0.0, "verify": 0.0, "bookkeeping": 0.0})
     steps: int = 0
     error: str | None = None
@@ -226,6 +227,7 @@ def run_bench(*, methods, ks, prompts: str, num_prompts: int, max_new_tokens: in
                 row.seconds += secs
                 if greedy and reference and (row.method != "ar" or row.batch_size > 1):
                     same = all(t == reference[i] for t, i in zip(toks, idx))
+                    row.identical_prompts += sum(t == reference[i] for t, i in zip(toks, idx))
                     row.identical = same if row.identical is None else (row.identical and same)
                 for acc in accs:
                     if acc is not None:
@@ -243,6 +245,7 @@ def run_bench(*, methods, ks, prompts: str, num_prompts: int, max_new_tokens: in
             "acceptance_per_position": row.stats.per_position if row.stats else None,
             "conditional_acceptance": row.stats.conditional if row.stats else None,
             "identical_to_ar": row.identical,
+            "identical_prompts": row.identical_prompts if row.identical is not None else None,
             "num_prompts": prompts_done, "new_tokens": row.tokens, "seconds": row.seconds,
             "time_split_s": row.times if (row.stats or row_engine == "fast") else None,
         })
