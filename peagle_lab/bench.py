@@ -108,9 +108,10 @@ def run_bench(*, methods, ks, prompts: str, num_prompts: int, max_new_tokens: in
     ``engine``: see the module docstring (B > 1 always uses the batched engine). ``max_len``: the
     fast engine's static cache (default: longest prompt + max_new_tokens + max K + 1). ``keep_going``:
     a configuration that raises gets its ``error`` recorded and is skipped from then on, the rest
-    run on. ``time_budget_s``: start no new round of prompts after this long (rows then report the
-    prompts actually run). ``hbm_bytes_per_s``: bandwidth for the memory floor (H200: 4.8 TB/s).
+    run on. ``time_budget_s``: start no new round of prompts this long after the call began (loading
+    and warm-up included; rows then report the prompts actually run; the first round always runs). ``hbm_bytes_per_s``: bandwidth for the memory floor (H200: 4.8 TB/s).
     """
+    started = time.perf_counter()
     bad = [m for m in methods if m not in BENCH_METHODS]
     if bad:
         raise SystemExit(f"unknown method(s) {bad}; choose from {', '.join(BENCH_METHODS)}")
@@ -188,9 +189,9 @@ def run_bench(*, methods, ks, prompts: str, num_prompts: int, max_new_tokens: in
     greedy = temperature <= 0
     single_ar = next((r for r in rows if r.method == "ar" and r.batch_size == 1), None)
     round_size = math.lcm(*batch_sizes)
-    started, prompts_done = time.perf_counter(), 0
+    prompts_done = 0
     for group in tqdm(_groups(len(prompt_ids), round_size), desc="bench rounds", disable=not progress, file=sys.stderr):
-        if time_budget_s is not None and time.perf_counter() - started > time_budget_s:
+        if prompts_done and time_budget_s is not None and time.perf_counter() - started > time_budget_s:
             print(f"bench: time budget {time_budget_s:.0f} s spent after {prompts_done} prompts", file=sys.stderr)
             break
         prompts_done += len(group)

@@ -203,6 +203,9 @@ def test_bench_fast_engine_rows(target, monkeypatch):
     assert all(split[key] >= 0 for key in ("verify", "draft", "host"))
     assert rows["ar"]["step_split_ms"]["steps"] == 8 and rows["ar"]["step_split_ms"]["verify"] > 0
     assert rows["ar"]["num_prompts"] == 2
+    short = bench.run_bench(methods=["ar"], ks=[2], prompts="mt-bench", num_prompts=2, max_new_tokens=2, target=target,
+                            progress=False, engine="fast", time_budget_s=0)
+    assert short["results"][0]["num_prompts"] == 1                         # the first round always runs
     with pytest.raises(RuntimeError, match="boom"):
         bench.run_bench(methods=["eagle"], ks=[2], prompts="mt-bench", num_prompts=1, max_new_tokens=2, target=target,
                         progress=False, engine="fast")

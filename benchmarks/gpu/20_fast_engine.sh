@@ -33,11 +33,11 @@ if [ "${RUN_TESTS:-1}" = 1 ]; then
 fi
 
 T=$(left 140 120)
-timeout "$T" $PY bench --dtype bfloat16 --budget $((T - 45)) --out "$OUT/part_bf16.json" 2>&1 | grep -av "Loading weights" \
+timeout "$T" $PY bench --dtype bfloat16 --budget $((T - 25)) --out "$OUT/part_bf16.json" 2>&1 | grep -av "Loading weights" \
   | tee "$OUT/bench_bf16.log" | grep -a "^\[" ; echo "== bf16 bench (limit $T s) done at ${SECONDS} s"
 
 T=$(left 110 60)
-timeout "$T" $PY bench --dtype float32 --budget $((T - 45)) --out "$OUT/part_fp32.json" 2>&1 | grep -av "Loading weights" \
+timeout "$T" $PY bench --dtype float32 --budget $((T - 25)) --out "$OUT/part_fp32.json" 2>&1 | grep -av "Loading weights" \
   | tee "$OUT/bench_fp32.log" | grep -a "^\[" ; echo "== fp32 bench (limit $T s) done at ${SECONDS} s"
 
 T=$(left 60 12)

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import torch
 
+STARTED = time.time()
 ENV = os.environ
 KS = [int(k) for k in ENV.get("KS", "1,2,3,4,5,6,7,8").split(",") if k]
 NUM_PROMPTS = int(ENV.get("NUM_PROMPTS", "12"))
@@ -54,7 +55,8 @@ def cmd_bench(args) -> dict:
     print(f"[{args.dtype}] target loaded in {time.time() - t0:.1f} s; K={KS}, {NUM_PROMPTS} prompts x {MAX_NEW} tokens", flush=True)
     result = run_bench(methods=["ar", "eagle", "peagle"], ks=KS, prompts="mt-bench", num_prompts=NUM_PROMPTS,
                        spread=True, max_new_tokens=MAX_NEW, target=target, engine="fast", keep_going=True,
-                       time_budget_s=args.budget, progress=True)
+                       time_budget_s=None if args.budget is None else args.budget - (time.time() - STARTED),
+                       progress=True)
     result["graphs"] = graphs_report(target)
     result["wall_s"] = time.time() - t0
     for r in result["results"]:
@@ -145,7 +147,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("phase", choices=["bench", "hf-static", "merge"])
     ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
-    ap.add_argument("--budget", type=float, default=None, help="bench: start no new round of prompts after this many s")
+    ap.add_argument("--budget", type=float, default=None,
+                    help="bench: start no new round of prompts this many s after the process started")
     ap.add_argument("--out", required=True)
     ap.add_argument("parts", nargs="*")
     args = ap.parse_intermixed_args()
