@@ -25,22 +25,22 @@ nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader || tr
 timeout "$(left 90 300)" python -c "from peagle_lab.assets import resolve_target; print('target:', resolve_target(None))" 2>&1 | tail -n 1
 echo "== target ready at ${SECONDS} s"
 
-T=$(left 80 250)
+T=$(left 80 270)
 if [ "${RUN_TESTS:-1}" = 1 ]; then
   PEAGLE_TEST_DEVICE=${DEVICE:-cuda} timeout "$T" python -m pytest -q -p no:cacheprovider -rs --durations=5 \
     tests/test_fast_engine.py > "$OUT/fast_engine_tests.log" 2>&1
   echo "== tests (rc $?, limit $T s) done at ${SECONDS} s"; tail -n 12 "$OUT/fast_engine_tests.log"
 fi
 
-T=$(left 140 120)
+T=$(left 130 185)
 timeout "$T" $PY bench --dtype bfloat16 --budget $((T - 25)) --out "$OUT/part_bf16.json" 2>&1 | grep -av "Loading weights" \
   | tee "$OUT/bench_bf16.log" | grep -a "^\[" ; echo "== bf16 bench (limit $T s) done at ${SECONDS} s"
 
-T=$(left 110 60)
+T=$(left 100 85)
 timeout "$T" $PY bench --dtype float32 --budget $((T - 25)) --out "$OUT/part_fp32.json" 2>&1 | grep -av "Loading weights" \
   | tee "$OUT/bench_fp32.log" | grep -a "^\[" ; echo "== fp32 bench (limit $T s) done at ${SECONDS} s"
 
-T=$(left 60 12)
+T=$(left 75 10)
 timeout "$T" $PY hf-static --dtype bfloat16 --out "$OUT/part_hf_static.json" 2>&1 | grep -av "Loading weights" \
   | tee "$OUT/hf_static.log" | tail -n 6; echo "== hf static-cache reference (limit $T s) done at ${SECONDS} s"
 
