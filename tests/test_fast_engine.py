@@ -137,6 +137,8 @@ def test_clear_errors(target, mtbench_ids, shipped_drafters):
         generate_fast(target, ids, method="peagle", drafter=shipped_drafters["peagle"], k=9, max_len=MAX_LEN)
     with pytest.raises(ValueError, match="needs a drafter"):
         generate_fast(target, ids, method="eagle", max_len=MAX_LEN)
+    with pytest.raises(ValueError, match="empty"):
+        generate_fast(target, [], method="ar", max_len=MAX_LEN)
 
 
 def test_fast_random_drafters_float64():

@@ -183,12 +183,17 @@ def generate_fast(target: Target, prompt_ids: list[int], *, method: str = "peagl
         return out
     if max_new_tokens < 1:
         raise ValueError("max_new_tokens must be >= 1")
+    if not prompt_ids:
+        raise ValueError("prompt_ids is empty: pass at least one token (e.g. target.chat_ids(text))")
     if method != "ar":
         if drafter is None:
             raise ValueError(f"method {method!r} needs a drafter (pass drafter=load_drafter(...))")
         if k < 1:
             raise ValueError("k (draft tokens per step) must be >= 1")
         check_compatible(drafter, target, k if method == "peagle" else None)
+        if drafter.fc.weight.device != target.device:
+            raise ValueError(f"drafter is on {drafter.fc.weight.device}, target on {target.device}: "
+                             "move it with drafter.to(target.device) (load_drafter(path, target) does)")
         if method == "peagle" and drafter.mask_hidden is None:
             raise ValueError("parallel drafting needs a P-EAGLE drafter (mask token + mask_hidden); "
                              "this one is sequential-only: use method 'eagle' or a P-EAGLE checkpoint")
