@@ -24,7 +24,6 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ..drafter import _rotate_half
 from ..target import Target
 
 
@@ -76,7 +75,8 @@ class StaticTarget:
         self.slots = torch.arange(self.max_len, device=device)                                    # (S,)
         with torch.no_grad():                                               # the model's own RoPE, every position
             cos, sin = decoder.rotary_emb(self.keys[:1, :1, :1], self.slots[None])                # (1, S, hd)
-        self.cos, self.sin = cos[0], sin[0]                                                       # (S, hd)
+        half = self.hd // 2                 # rotate_half(x) * sin == roll(x, hd/2) * (sin with its first half negated)
+        self.cos, self.sin = cos[0], torch.cat([-sin[0, :, :half], sin[0, :, half:]], dim=-1)     # (S, hd)
         self.inter = int(cfg.intermediate_size)
 
     @property
@@ -94,7 +94,7 @@ class StaticTarget:
         T, nq = x.shape[1], self.nh + self.nkv
         qkv = F.linear(x, *self.qkv[i]).view(1, T, nq + self.nkv, self.hd)  # (1, T, nh+2nkv, hd)
         qk, v = qkv[:, :, :nq], qkv[0, :, nq:]                              # (1, T, nh+nkv, hd), (T, nkv, hd)
-        qk = qk * cos + _rotate_half(qk) * sin                              # RoPE on q and k at once
+        qk = qk * cos + qk.roll(self.hd // 2, dims=-1) * sin                # RoPE on q and k at once
         q, k = qk[:, :, : self.nh].transpose(1, 2), qk[0, :, self.nh:]      # (1, nh, T, hd), (T, nkv, hd)
         self.keys[i].index_copy_(1, positions, k.transpose(0, 1))           # write this step's slots in place
         self.values[i].index_copy_(1, positions, v.transpose(0, 1))
