@@ -13,6 +13,7 @@ import torch
 from safetensors import safe_open
 
 from .drafter import IncompatibleDrafter, check_compatible, load_drafter
+from .materialise import materialise_for_vllm
 
 
 def check_drafter(path: str, target, k: int | None = None, probe_prompts: int = 2, probe_tokens: int = 32) -> dict:
@@ -22,7 +23,8 @@ def check_drafter(path: str, target, k: int | None = None, probe_prompts: int = 
     cfg_file = path / "config.json"
     if not cfg_file.exists():
         return {"problems": [f"{path} has no config.json: not a drafter folder"], "warnings": [], "probe": None}
-    cfg = json.loads(cfg_file.read_text())
+    path = materialise_for_vllm(path, target)          # a learned mask row stored apart: check what vLLM loads
+    cfg = json.loads((path / "config.json").read_text())
     if not any("Eagle3" in a for a in cfg.get("architectures", [])):
         problems.append(f"architectures {cfg.get('architectures')} do not name an EAGLE-3 model "
                         "(vLLM's loader expects LlamaForCausalLMEagle3)")

@@ -56,12 +56,14 @@ class DrafterConfig:
     trained_depth: int | None = None     # largest K a P-EAGLE drafter was trained for
     has_embed_tokens: bool = True        # False: share the target's input embedding
     has_lm_head: bool = True             # False: share the target's output layer (needs Vd == V; vLLM shares it too)
+    learned_mask_embedding: bool = False  # P-EAGLE: the mask token's embedding row is a parameter of its own
 
     @classmethod
     def for_target(cls, target, *, num_layers: int = 1, draft_vocab_size: int | None = None,
                    parallel_drafting: bool = False, mask_token_id: int | None = None,
                    trained_depth: int | None = None, intermediate_size: int | None = None,
-                   has_embed_tokens: bool = True, has_lm_head: bool = True) -> "DrafterConfig":
+                   has_embed_tokens: bool = True, has_lm_head: bool = True,
+                   learned_mask_embedding: bool = False) -> "DrafterConfig":
         """A drafter shaped for ``target`` (a :class:`peagle_lab.target.Target`)."""
         c = target.config
         heads = int(c.num_attention_heads)
@@ -78,7 +80,8 @@ class DrafterConfig:
             rope_theta=float(_rope_theta(c)),
             max_position_embeddings=int(getattr(c, "max_position_embeddings", 8192)),
             parallel_drafting=parallel_drafting, mask_token_id=mask_token_id,
-            trained_depth=trained_depth, has_embed_tokens=has_embed_tokens, has_lm_head=has_lm_head)
+            trained_depth=trained_depth, has_embed_tokens=has_embed_tokens, has_lm_head=has_lm_head,
+            learned_mask_embedding=learned_mask_embedding and parallel_drafting)
 
 
 def _rope_theta(config) -> float:
@@ -87,13 +90,43 @@ def _rope_theta(config) -> float:
 
 
 def default_mask_token_id(target) -> int:
-    """A token id for P-EAGLE's mask slots: the tokenizer's unk/pad token, else the last id."""
-    tok = target.tokenizer
-    for attr in ("unk_token_id", "pad_token_id"):
-        value = getattr(tok, attr, None)
-        if isinstance(value, int) and value not in target.eos_token_ids:
-            return value
-    return target.vocab_size - 1
+    """P-EAGLE's mask token: an id that real text never produces (:func:`unused_token_id`).
+
+    Id 0 (SmolLM2's ``<|endoftext|>``, also its unk/pad token) is a poor choice: real contexts contain it, and its
+    frozen embedding means "end of document" to every layer. The mask slot's embedding is learned in training.
+    Without a tokenizer (tests' tiny models) the last id."""
+    if target.tokenizer is None:
+        return target.vocab_size - 1
+    return unused_token_id(target.tokenizer, reserved=target.eos_token_ids)
+
+
+def unused_token_id(tokenizer, reserved: tuple[int, ...] = ()) -> int:
+    """An id no text the tokenizer encodes comes out as, for P-EAGLE's mask slots.
+
+    First choice (as the public P-EAGLE trainers do): the first embedding row past the tokenizer's
+    length, when the model has spare rows. SmolLM2 has none (49,152 rows, 49,152 tokens), so the
+    fallback is the highest-numbered *added special* token that is not a chat/BOS/EOS/pad/unk token:
+    special tokens are produced only when their literal text is typed, never by merging ordinary
+    text, and the chat template does not use them. For SmolLM2 that is 16, ``<empty_output>``, a
+    Jupyter-notebook marker from its pre-training data.
+    """
+    size = len(tokenizer)
+    vocab = getattr(tokenizer, "vocab_size", size)
+    if vocab > size:
+        return size
+    busy = set(reserved)
+    for attr in ("bos_token_id", "eos_token_id", "pad_token_id", "unk_token_id"):
+        value = getattr(tokenizer, attr, None)
+        if isinstance(value, int):
+            busy.add(value)
+    template = str(getattr(tokenizer, "chat_template", "") or "")
+    added = getattr(tokenizer, "added_tokens_decoder", {}) or {}
+    candidates = [i for i, tok in added.items()
+                  if getattr(tok, "special", False) and i not in busy and str(tok) not in template]
+    if not candidates:
+        raise ValueError("the tokenizer has no spare row and no unused special token for P-EAGLE's mask slots; "
+                         "pass mask_token_id= explicitly (an id your data never contains)")
+    return max(candidates)
 
 
 # ----------------------------------------------------------------------------- building blocks
@@ -270,6 +303,10 @@ class Eagle3Drafter(nn.Module):
         self.register_buffer("t2d", t2d)
         fc_in = len(cfg.aux_layer_ids) * cfg.target_hidden_size
         self.mask_hidden = nn.Parameter(torch.zeros(1, fc_in)) if cfg.parallel_drafting else None
+        # The mask slots' token embedding, learned (the paper's Table 5: frozen costs acceptance). Stored as one
+        # row; materialise_for_vllm() writes it into a full embed_tokens for vLLM.
+        learned = cfg.parallel_drafting and cfg.learned_mask_embedding
+        self.mask_embedding = nn.Parameter(torch.zeros(1, H)) if learned else None
 
     # ----------------------------------------------------------------------------- set-up
     def share_embedding(self, weight: torch.Tensor) -> None:
@@ -337,10 +374,15 @@ class Eagle3Drafter(nn.Module):
     # ----------------------------------------------------------------------------- forward
     def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
         if self.embed_tokens is not None:
-            return self.embed_tokens(input_ids)
-        if self._shared_embed is None:
+            e = self.embed_tokens(input_ids)
+        elif self._shared_embed is None:
             raise RuntimeError("this drafter has no embed_tokens: call share_embedding(target embedding) first")
-        return F.embedding(input_ids, self._shared_embed)
+        else:
+            e = F.embedding(input_ids, self._shared_embed)
+        if self.mask_embedding is not None:                                 # the mask row is the drafter's own
+            is_mask = (input_ids == self.cfg.mask_token_id)[..., None]
+            e = torch.where(is_mask, self.mask_embedding.to(e.dtype), e)
+        return e
 
     def project(self, aux: torch.Tensor) -> torch.Tensor:
         """Target features (..., 3H) -> drafter hidden (..., H)."""
@@ -401,8 +443,11 @@ def init_drafter(cfg: DrafterConfig, target=None, seed: int = 0) -> Eagle3Drafte
             else:
                 p.normal_(0.0, 0.02, generator=gen)
         if target is not None:
+            embedding = target.model.get_input_embeddings().weight
             if drafter.embed_tokens is not None:
-                drafter.embed_tokens.weight.copy_(target.model.get_input_embeddings().weight)
+                drafter.embed_tokens.weight.copy_(embedding)
+            if drafter.mask_embedding is not None:                          # start from the row it replaces
+                drafter.mask_embedding.copy_(embedding[cfg.mask_token_id][None].to(drafter.mask_embedding))
             drafter.share_target_weights(target)
     return drafter
 
@@ -527,6 +572,10 @@ def load_drafter(path: str | os.PathLike, target=None, dtype: torch.dtype = torc
                          "mask_hidden; re-export the drafter with its trained mask_hidden")
     cfg.has_embed_tokens = "embed_tokens.weight" in state
     cfg.has_lm_head = "lm_head.weight" in state
+    cfg.learned_mask_embedding = "mask_embedding" in state
+    if cfg.learned_mask_embedding and not cfg.parallel_drafting:
+        raise ValueError(f"{path}: the weights hold a learned mask_embedding but config.json names no mask token "
+                         "(ptd_token_id); re-export the drafter")
     if not cfg.has_lm_head and cfg.draft_vocab_size != cfg.vocab_size:
         raise ValueError(f"{path}: no lm_head in the weights but draft_vocab_size {cfg.draft_vocab_size} != vocab_size "
                          f"{cfg.vocab_size}; a drafter sharing the target's lm_head must draft over the full vocabulary")

@@ -113,6 +113,38 @@ def sharegpt_from_text(text: str) -> list[str]:
     return prompts
 
 
+def sharegpt_turns_from_text(text: str, max_turns: int = 8) -> list[list[str]]:
+    """Every human turn (up to ``max_turns``) of every complete ShareGPT conversation, one list per
+    conversation; the dataset's own replies are dropped (training regenerates them with the target).
+
+    >>> sharegpt_turns_from_text('[{"conversations": [{"from": "human", "value": "hi"}, {"from": "gpt", "value": "yo"},'
+    ...                          ' {"from": "human", "value": "and?"}]}, {"conversations": [{"from": "gpt", "value": "x"}]}]')
+    [['hi', 'and?']]
+    """
+    out = []
+    for record in iter_json_array_records(text):
+        turns = [t["value"] for t in record.get("conversations", [])
+                 if t.get("from") == "human" and isinstance(t.get("value"), str) and t["value"].strip()]
+        if turns:
+            out.append(turns[:max_turns])
+    return out
+
+
+def load_conversations(source: str | os.PathLike = "sharegpt", max_turns: int = 8) -> list[list[str]]:
+    """The human turns of each conversation: ShareGPT's (see :func:`sharegpt_turns_from_text`), or a JSONL
+    file's ``"turns"`` lists (a line with only ``"prompt"`` is a one-turn conversation)."""
+    if str(source).lower() == "sharegpt":
+        return sharegpt_turns_from_text(sharegpt_path().read_text(encoding="utf-8"), max_turns)
+    out = []
+    for where, record in _jsonl_records(source):
+        turns = record.get("turns") if isinstance(record, dict) else None
+        if isinstance(turns, list) and turns and all(isinstance(t, str) for t in turns):
+            out.append(turns[:max_turns])
+        else:
+            out.append([_first_turn(record, where)])
+    return out
+
+
 @lru_cache(maxsize=None)
 def _load_set(name: str) -> tuple[str, ...]:
     if name == "mt-bench":

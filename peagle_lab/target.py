@@ -165,6 +165,26 @@ class Target:
             return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
         return list(self.tokenizer(prompt)["input_ids"])
 
+    def chat_history_ids(self, turns: list[str], replies: list[list[int]]) -> list[int]:
+        """Token ids of a multi-turn chat: user ``turns[i]`` answered by ``replies[i]`` (token ids, as generated,
+        EOS included) for every reply given, then the next user turn ready for its reply."""
+        if not getattr(self.tokenizer, "chat_template", None):
+            raise ValueError("multi-turn data needs a chat template; this tokenizer has none")
+        ids = self.chat_ids(turns[0])
+        opened = self.tokenizer.apply_chat_template([{"role": "user", "content": "x"}], tokenize=False,
+                                                    add_generation_prompt=True)
+        for turn, reply in zip(turns[1:], replies):
+            # the template's text between an assistant reply's content and the next reply's first token
+            full = self.tokenizer.apply_chat_template(
+                [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}, {"role": "user", "content": turn}],
+                tokenize=False, add_generation_prompt=True)
+            tail = list(self.tokenizer(full[len(opened) + 1:], add_special_tokens=False)["input_ids"])
+            reply = list(reply)
+            if reply and reply[-1] in self.eos_token_ids and tail and tail[0] == reply[-1]:
+                tail = tail[1:]                                    # the reply's own EOS closes the turn
+            ids = ids + reply + tail
+        return ids
+
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
 

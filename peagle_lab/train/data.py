@@ -105,6 +105,56 @@ def regenerate(target, prompts: list[str], out_dir: str | os.PathLike, *, max_ne
     return paths
 
 
+def regenerate_conversations(target, conversations: list[list[str]], out_dir: str | os.PathLike, *,
+                             max_new_tokens: int = 256, max_context_tokens: int = 1024, batch_size: int = 16,
+                             shard_size: int = 256, temperature: float = 0.0, seed: int = 0,
+                             progress: bool = True) -> list[Path]:
+    """Multi-turn data: every human turn of each conversation answered by the target, turn by turn.
+
+    Turn ``t`` of a conversation is asked with the target's own replies to turns ``0..t-1`` in its
+    context (the dataset's replies are never used), so later turns teach the drafter what the target
+    says deep in a chat. Each answered turn is one sample (context = prompt, reply = supervised); a
+    conversation stops at the first turn whose context passes ``max_context_tokens``. Shards hold
+    ``shard_size`` conversations and resume like :func:`regenerate`."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    bar = tqdm(total=len(conversations), desc="regenerating conversations", disable=not progress)
+    for s_idx, start in enumerate(range(0, len(conversations), shard_size)):
+        path = out / f"shard-{s_idx:05d}.pt"
+        paths.append(path)
+        chunk = conversations[start: start + shard_size]
+        if not path.exists():
+            _atomic_save(_answer_turns(target, chunk, max_new_tokens, max_context_tokens, batch_size, temperature,
+                                       seed + start), path)
+        bar.update(len(chunk))
+    bar.close()
+    return paths
+
+
+def _answer_turns(target, chunk: list[list[str]], max_new_tokens: int, max_context_tokens: int, batch_size: int,
+                  temperature: float, seed: int) -> list[dict]:
+    replies: list[list[list[int]]] = [[] for _ in chunk]
+    samples = []
+    for turn in range(max(len(c) for c in chunk)):
+        asks = []                                          # (conversation, context ids) still going at this turn
+        for i, conv in enumerate(chunk):
+            if len(conv) > turn and len(replies[i]) == turn:
+                ids = (_prompt_ids(target, conv[0], max_context_tokens) if turn == 0
+                       else target.chat_history_ids(conv[: turn + 1], replies[i]))
+                if len(ids) <= max_context_tokens:
+                    asks.append((i, ids))
+        asks.sort(key=lambda a: len(a[1]))                  # similar lengths per batch: less padding
+        for b in range(0, len(asks), batch_size):
+            part = asks[b: b + batch_size]
+            made = _generate_batch(target, [ids for _, ids in part], max_new_tokens, temperature,
+                                   seed * 31 + turn * 7919 + b)
+            for (i, ids), sample in zip(part, made):
+                replies[i].append(sample["ids"][len(ids):].tolist())
+                samples.append(sample)
+    return samples
+
+
 def load_samples(data_dir: str | os.PathLike) -> list[Sample]:
     """All regenerated conversations under ``data_dir`` in shard order."""
     paths = sorted(Path(data_dir).glob("shard-*.pt"))

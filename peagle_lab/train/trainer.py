@@ -15,14 +15,15 @@ import math
 import os
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 from tqdm.auto import tqdm
 
-from ..drafter import DrafterConfig, Eagle3Drafter, init_drafter, save_drafter
+from ..drafter import DrafterConfig, Eagle3Drafter, init_drafter, save_drafter, vllm_config_dict
+from ..materialise import FINGERPRINT_KEY, embedding_fingerprint
 from .cod import Elements, cod_sample
 from .data import Sample
 from .loss import OBJECTIVES, LossParts, SeqData, packed_loss, padded_loss, sequence_loss, supervised_mask
@@ -58,6 +59,9 @@ class TrainConfig:
     val_k: int = 7                      # K of the validation AL replayed at each checkpoint (when replies are given)
     share_lm_head: bool = False         # no lm_head of its own: the target's (frozen), full vocabulary (Vd = V)
     objective: str = "kl"               # "kl" (the target's distribution) | "argmax-ce" (its top token: T=0 acceptance)
+    mask_token_id: int | None = None    # P-EAGLE's mask token; None: an id real text never produces (unused_token_id)
+    learn_mask_embedding: bool = True   # P-EAGLE: the mask token's embedding row is trained (the paper's Table 5)
+    hidden_noise: float = 0.0           # uniform noise in [-a, a] on the target's features while training (never at eval)
 
 
 def _lr_lambda(cfg: TrainConfig):
@@ -149,6 +153,15 @@ def target_batch(target, samples: list[Sample], draft_ids: torch.Tensor, max_len
                    doc.to(target.device))
 
 
+def with_feature_noise(data: SeqData, amplitude: float, seed: int) -> SeqData:
+    """``data`` with uniform noise in ``[-amplitude, amplitude]`` added to the target's features (training only:
+    the drafter learns not to lean on exact feature values, which differ a little at inference -- another
+    dtype, a batched kernel, or its own earlier drafts). Seeded per step, so a resumed run repeats it."""
+    g = torch.Generator(device=data.aux.device).manual_seed(seed)
+    noise = torch.rand(data.aux.shape, generator=g, device=data.aux.device, dtype=data.aux.dtype)  # (N, 3H)
+    return replace(data, aux=data.aux + (2 * noise - 1) * amplitude)
+
+
 def validation_replies(target, prompts: list[list[int]], max_new_tokens: int, k: int) -> list[tuple[list[int], list[int]]]:
     """Greedy replies to ``prompts`` (token ids) for the validation AL: ``max_new_tokens`` plus ``k + 1`` to check
     the last step's drafts, generated past EOS (the replay stops at EOS as the engine does)."""
@@ -200,7 +213,9 @@ class Trainer:
             dcfg = DrafterConfig.for_target(target, num_layers=cfg.num_layers, draft_vocab_size=cfg.draft_vocab_size,
                                             parallel_drafting=cfg.method == "peagle", intermediate_size=cfg.intermediate_size,
                                             trained_depth=cfg.max_depth if cfg.method == "peagle" else None,
-                                            has_embed_tokens=False, has_lm_head=not cfg.share_lm_head)
+                                            has_embed_tokens=False, has_lm_head=not cfg.share_lm_head,
+                                            mask_token_id=cfg.mask_token_id,
+                                            learned_mask_embedding=cfg.learn_mask_embedding)
             drafter = init_drafter(dcfg, target, seed=cfg.seed)
             drafter.set_draft_vocab(self.draft_ids)
             if cfg.head_init == "target":
@@ -242,6 +257,8 @@ class Trainer:
         batch = self.batch_for(step)
         data = target_batch(self.target, [batch[i] for i in global_ids], self.draft_ids, cfg.max_len,
                             bf16=cfg.target_bf16)
+        if cfg.hidden_noise > 0:
+            data = with_feature_noise(data, cfg.hidden_noise, seed=cfg.seed * 1_000_003 + step + 7919 * rank)
         el = cod_for_conversations(data, cfg, step, global_ids)
         el = Elements(el.anchor.to(self.device), el.depth.to(self.device), el.doc.to(self.device))
         count = torch.tensor(int(supervised_mask(el, data).sum()))
@@ -386,6 +403,9 @@ class Trainer:
         every = max(1, len(self.history) // 200)            # keep the shipped record small (and every validation row)
         rows = [r for i, r in enumerate(self.history) if i % every == 0 or "val_al" in r]
         record = json.dumps({"config": asdict(self.cfg), "steps": self.step, "history": rows})
-        out = save_drafter(self.drafter.cpu(), path, dtype=dtype, extra_files={"training.json": record})
+        config = vllm_config_dict(self.drafter.cfg, str(dtype).removeprefix("torch."))
+        if self.drafter.mask_embedding is not None:          # materialise_for_vllm() refuses another target's table
+            config[FINGERPRINT_KEY] = embedding_fingerprint(self.target.model.get_input_embeddings().weight)
+        out = save_drafter(self.drafter.cpu(), path, dtype=dtype, extra_files={"training.json": record}, config=config)
         self.drafter.to(self.device)
         return out

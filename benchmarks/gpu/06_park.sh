@@ -5,5 +5,6 @@
 set -uxo pipefail
 mkdir -p /tmp/pk
 for f in parts/gguf.part-0*; do cp "$f" /tmp/pk/; done
-for f in parts/data*.tgz; do tar xzf "$f" -C /tmp/pk; done
+for f in parts/data*.tgz; do [ -f "$f" ] && tar xzf "$f" -C /tmp/pk; done
+for f in parts/*.jsonl.gz; do [ -f "$f" ] && cp "$f" /tmp/pk/; done
 ls -la /tmp/pk; ls /tmp/pk/data* | wc -l

@@ -4,7 +4,7 @@ Measures that the same code runs on a GPU (identical-to-AR check included) and t
 the given drafters there. Writes $OUT/bench_h200_mtbench.json.
 
     N=8 M=128 KS=3,7 EAGLE=peagle_lab/drafters/eagle-smollm2 PEAGLE=peagle_lab/drafters/peagle-smollm2 \
-        python benchmarks/device/gpu_bench.py
+        python benchmarks/gpu/gpu_bench.py
 """
 import json
 import os
@@ -27,7 +27,7 @@ result = run_bench(methods=["ar", "hf", "eagle", "peagle"], ks=ks, prompts="mt-b
                    max_new_tokens=m, target=target, eagle_drafter=eagle, peagle_drafter=peagle,
                    engine="teaching")  # what this record measured; bench's auto picks the fast engine on CUDA
 result.update(command=f"N={n} M={m} KS={env.get('KS', '3,5,7')} EAGLE={eagle} PEAGLE={peagle} "
-                      "python benchmarks/device/gpu_bench.py",
+                      "python benchmarks/gpu/gpu_bench.py",
               machine=torch.cuda.get_device_name(), date=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
               info=collect(count_prompts=False), wall_s=time.time() - t0)
 with open(os.path.join(env["OUT"], "bench_h200_mtbench.json"), "w") as f:

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The call after 10_train.sh: wait (up to WAIT_SECONDS) until every run in /tmp/pk/runs.txt has exported, then bring
-# back the drafters and logs. A run still going is stopped and exported from its last checkpoint by 08_collect.sh's
-# method (resume ignores --steps; --steps 1 exports at once) -- run that by hand if it comes to it.
+# back the drafters and logs. A run still going is stopped and exported from its last checkpoint by the method of the
+# deleted 08_collect.sh (resume ignores --steps; --steps 1 exports at once; `git show 577158b:benchmarks/device/08_collect.sh`)
+# -- run that by hand if it comes to it.
 set -uxo pipefail
 RUNS=$(cat /tmp/pk/runs.txt)
 limit=${WAIT_SECONDS:-480}

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# The P-EAGLE recipe and its ablation (issue 16), one device window. Run after 06_park.sh x2 (which park the GGUF's
+# first two parts and parts/sharegpt_turns.jsonl.gz, ShareGPT's first 4,000 conversations as {"turns": [...]}).
+# This call (carry parts/gguf.part-02 parts/wheels): join + convert the target, then start in the background (setsid,
+# so it outlives the call) a chain that
+#   1. regenerates multi-turn data for REGEN_SECONDS with three processes side by side, every human turn answered
+#      with the target's own earlier replies in context: one greedy reply per turn (data/greedy) and two sampled at
+#      T=0.7 with other seeds (data/t07a, data/t07b);
+#   2. trains every arm in $ARMS side by side for TRAIN_MINUTES on the same data, batch and schedule;
+# then sleeps out the call.
+# First use (2026-12-01, results/device_recipe_2026-12-01g.json) failed in two ways, both fixed here: shards of 128
+# conversations regenerated turn by turn made generate calls of <= 128 sequences (1.2 conversations/s, 1,369 samples
+# in 300 s; shards of 2,048 batch each turn 512 wide), and the mixed folder's links were not named shard-*.pt, so
+# only the greedy-only arm found data. 11_collect.sh (next calls, within 30 s) brings the exports and logs back.
+#   ARMS="name|method|data|flags"  data: all (greedy + both sampled) or greedy.
+set -uxo pipefail
+export PEAGLE_GGUF=/tmp/pk/SmolLM2-135M-Instruct.Q4_1.gguf PEAGLE_CACHE=/tmp/pk/cache PYTHONPATH=. PYTHONUNBUFFERED=1
+python -m pip install -q --no-deps parts/wheels/*.whl
+[ -f "$PEAGLE_GGUF" ] || cat /tmp/pk/gguf.part-00 /tmp/pk/gguf.part-01 parts/gguf.part-02 > "$PEAGLE_GGUF"
+python -c "from peagle_lab.assets import resolve_target; print(resolve_target(None))" 2>&1 | tail -n 1
+rm -rf /tmp/pk/code && mkdir -p /tmp/pk/code && cp -r peagle_lab /tmp/pk/code/
+gunzip -c /tmp/pk/sharegpt_turns.jsonl.gz > /tmp/pk/sharegpt_turns.jsonl
+P="--num-layers 4 --intermediate-size 384 --share-lm-head --max-depth 8 --cod-ratio 0.8"
+ARMS=${ARMS:-"peagleR|peagle|all|$P --hidden-noise 0.05
+peagleM0|peagle|all|$P --hidden-noise 0.05 --mask-token-id 0 --frozen-mask-embedding
+peagleF16|peagle|all|$P --hidden-noise 0.05 --frozen-mask-embedding
+peagleN0|peagle|all|$P
+peagleX1|peagle|greedy|$P --hidden-noise 0.05
+eagleR|eagle|all|--num-layers 1 --intermediate-size 1536 --share-lm-head --max-depth 8 --hidden-noise 0.05"}
+echo "$ARMS" | cut -d'|' -f1 > /tmp/pk/runs.txt
+cat > /tmp/pk/chain.sh <<CHAIN
+set -x
+cd /tmp/pk/code
+export PEAGLE_GGUF=$PEAGLE_GGUF PEAGLE_CACHE=$PEAGLE_CACHE PYTHONUNBUFFERED=1
+R="python -m peagle_lab regenerate --prompts /tmp/pk/sharegpt_turns.jsonl --all-turns --num-prompts 4000 --max-prompt-tokens 640 --max-new-tokens 384 --batch-size 512 --shard-size ${SHARD:-2048} --device cuda"
+timeout ${REGEN_SECONDS:-300} \$R --out /tmp/pk/data/greedy > /tmp/pk/regen-greedy.log 2>&1 &
+timeout ${REGEN_SECONDS:-300} \$R --out /tmp/pk/data/t07a --temperature 0.7 --seed 1 > /tmp/pk/regen-t07a.log 2>&1 &
+timeout ${REGEN_SECONDS:-300} \$R --out /tmp/pk/data/t07b --temperature 0.7 --seed 2 > /tmp/pk/regen-t07b.log 2>&1 &
+wait
+mkdir -p /tmp/pk/mix/all /tmp/pk/mix/greedy
+for d in greedy t07a t07b; do for f in /tmp/pk/data/\$d/shard-*.pt; do b=\$(basename "\$f"); ln -sf "\$f" "/tmp/pk/mix/all/shard-\$d-\${b#shard-}"; done; done
+for f in /tmp/pk/data/greedy/shard-*.pt; do ln -sf "\$f" "/tmp/pk/mix/greedy/\$(basename "\$f")"; done
+python - <<'PY' > /tmp/pk/data_stats.json
+import glob, json, torch
+out = {}
+for d in ("greedy", "t07a", "t07b"):
+    n = t = r = 0
+    for p in sorted(glob.glob(f"/tmp/pk/data/{d}/shard-*.pt")):
+        for s in torch.load(p):
+            n += 1; t += s["ids"].numel(); r += s["ids"].numel() - s["prompt_len"]
+    out[d] = {"samples": n, "tokens": t, "reply_tokens": r}
+print(json.dumps(out))
+PY
+cat /tmp/pk/data_stats.json
+CHAIN
+echo "$ARMS" | while IFS='|' read -r name method data flags; do
+  cat >> /tmp/pk/chain.sh <<CHAIN
+OMP_NUM_THREADS=2 python -m peagle_lab train --method $method $flags --group-by-length --data /tmp/pk/mix/$data \
+  --out /tmp/pk/run-$name --export /tmp/pk/$name --device cuda --batch-size ${BATCH:-32} --max-len 1024 --steps 100000 \
+  --warmup-steps 100 --lr ${LR:-1e-3} --checkpoint-every 250 --max-minutes ${TRAIN_MINUTES:-12} --val-prompts 10 \
+  > /tmp/pk/train-$name.log 2>&1 < /dev/null &
+CHAIN
+done
+echo "wait" >> /tmp/pk/chain.sh
+cat /tmp/pk/chain.sh
+setsid nohup bash /tmp/pk/chain.sh > /tmp/pk/chain.log 2>&1 < /dev/null &
+echo "chain started at ${SECONDS} s"
+while [ "$SECONDS" -lt "${CALL_SECONDS:-540}" ]; do sleep 20; tail -c 200 /tmp/pk/regen-greedy.log | tr '\r' '\n' | tail -n 1; done
+cat /tmp/pk/data_stats.json 2>/dev/null
+for n in $(cat /tmp/pk/runs.txt); do echo "== $n"; grep -a '^\[' "/tmp/pk/train-$n.log"; tail -c 300 "/tmp/pk/train-$n.log" | tr '\r' '\n' | tail -n 2; done

@@ -1,0 +1,107 @@
+"""The README is a user's front door and the docs link to files that exist (text checks only: no model loads)."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+MARKDOWN = [README, *sorted((ROOT / "docs").glob("*.md")), ROOT / "benchmarks" / "gpu" / "README.md",
+            ROOT / "benchmarks" / "RESULTS.md"]
+LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
+
+
+def _code_blocks(text: str) -> list[str]:
+    return re.findall(r"```[a-z]*\n(.*?)```", text, flags=re.S)
+
+
+def _without_code(text: str) -> str:
+    return re.sub(r"```.*?```", "", text, flags=re.S)
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens."""
+    s = re.sub(r"[`*_]", "", heading.strip().lower())
+    return re.sub(r"[^\w\- ]", "", s).replace(" ", "-")
+
+
+def test_readme_is_at_most_15000_bytes():
+    assert README.stat().st_size <= 15_000, f"README.md is {README.stat().st_size} bytes; move detail to docs/"
+
+
+def test_readme_names_the_two_commands_and_ci_runs_the_test_one():
+    blocks = [b.strip() for b in _code_blocks(README.read_text())]
+    assert "make tour" in blocks, "README must show `make tour` as its own command"
+    assert "make test" in blocks, "README must show `make test` as its own command"
+    ci = (ROOT / ".ci" / "run").read_text().splitlines()
+    assert "make test" in [line.strip() for line in ci], ".ci/run must run the README's test command"
+
+
+def test_readme_has_every_notebook_in_its_table():
+    text = README.read_text()
+    notebooks = sorted(p.name for p in (ROOT / "notebooks").glob("*.ipynb"))
+    assert notebooks
+    for name in notebooks:
+        assert f"](notebooks/{name})" in text, f"README's notebook table lacks a link to notebooks/{name}"
+
+
+def test_readme_has_every_cli_command():
+    from peagle_lab.cli import build_parser
+
+    sub = next(a for a in build_parser()._actions if a.__class__.__name__ == "_SubParsersAction")
+    text = README.read_text()
+    for cmd in sub.choices:
+        assert f"`peagle-lab {cmd}" in text, f"README's command table lacks `peagle-lab {cmd}`"
+
+
+def test_readme_links_to_docs_and_results():
+    text = README.read_text()
+    assert "](docs/README.md)" in text and "](benchmarks/RESULTS.md)" in text
+
+
+@pytest.mark.parametrize("pattern", [r"\brun \d", r"\bruns \d", r"16 MiB", r"\blent\b", r"\b20\d\d-\d\d-\d\d\b"])
+def test_readme_is_not_a_lab_notebook(pattern):
+    """Run numbers, the shipping cap, dates and machine-loan talk belong in docs/, not in the README."""
+    found = re.findall(pattern, _without_code(README.read_text()))
+    assert not found, f"README.md contains {found}: move it to a page under docs/"
+
+
+@pytest.mark.parametrize("page", MARKDOWN, ids=lambda p: str(p.relative_to(ROOT)))
+def test_relative_links_point_to_existing_files(page):
+    text = _without_code(page.read_text())
+    broken = []
+    for target in LINK.findall(text):
+        if re.match(r"[a-z]+:", target) or target.startswith("#"):
+            continue                                     # http(s), mailto, in-page anchors
+        path, _, anchor = target.partition("#")
+        dest = (page.parent / path).resolve()
+        if not dest.exists():
+            broken.append(target)
+        elif anchor and dest.suffix == ".md":
+            slugs = {_slug(h) for h in re.findall(r"^#+ (.*)$", _without_code(dest.read_text()), flags=re.M)}
+            if anchor not in slugs:
+                broken.append(target)
+    assert not broken, f"{page.relative_to(ROOT)}: broken links {broken}"
+
+
+def test_every_docs_page_is_in_the_index():
+    index = (ROOT / "docs" / "README.md").read_text()
+    for page in sorted((ROOT / "docs").glob("*.md")):
+        if page.name != "README.md":
+            assert f"]({page.name})" in index, f"docs/README.md does not list {page.name}"
+
+
+def test_results_md_is_what_make_results_generates():
+    """benchmarks/RESULTS.md is generated: rerun `python benchmarks/make_results.py` after adding a result."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("make_results", ROOT / "benchmarks" / "make_results.py")
+    make_results = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(make_results)
+    text = make_results.render()
+    assert text == (ROOT / "benchmarks" / "RESULTS.md").read_text(), \
+        "benchmarks/RESULTS.md is stale: run python benchmarks/make_results.py"
+    for path in sorted((ROOT / "benchmarks" / "results").glob("*.json")):
+        assert f"](results/{path.name})" in text, f"RESULTS.md does not show {path.name}"
