@@ -5,6 +5,13 @@ budget; one warm-up generation per configuration; configurations interleaved per
 round of prompts when batching) so machine noise hits all alike; tokens/s = generated tokens /
 wall time including prefill. ``--batch-size B`` runs B requests at once through the batched
 engine; tokens/s then counts all of them over the batch's wall time.
+
+Engines (batch 1, greedy): ``teaching`` is :func:`peagle_lab.engine.generate`, the readable loop;
+``fast`` is :func:`peagle_lab.fast.generate_fast` (static caches, CUDA graphs), whose rows add a
+per-step time split (target verify, drafting, host) and, on CUDA, the launch and memory floors.
+``auto`` picks fast on CUDA and teaching on the CPU: on a CPU the verify forward dominates and
+the teaching engine is what the notebooks explain; on a GPU the teaching engine only measures
+Python launch overhead.
 """
 from __future__ import annotations
 
@@ -13,20 +20,27 @@ import json
 import math
 import platform
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import torch
 from tqdm.auto import tqdm
 
 from .drafter import load_drafter
 from .drafters_registry import shipped
 from .batch_engine import generate_batch
 from .engine import StepTimes, generate
+from .fast import generate_fast
+from .fast.graphs import H200_HBM_BYTES_PER_S, launch_floor_us, memory_floor_ms, module_weight_bytes
+from .fast.engine import static_target
 from .prompts import load_prompts
 from .stats import AcceptanceStats
 from .target import Target
 
 BENCH_METHODS = ("ar", "hf", "eagle", "peagle")
+ENGINES = ("auto", "teaching", "fast")
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 DEFAULT_DRAFTERS = {"eagle": "eagle-smollm2", "peagle": "peagle-smollm2"}
 
 
@@ -39,7 +53,27 @@ class _Row:
     seconds: float = 0.0
     stats: AcceptanceStats | None = None
     identical: bool | None = None
+    identical_prompts: int = 0
     times: dict = field(default_factory=lambda: {"prefill": 0.0, "draft": 0.0, "verify": 0.0, "bookkeeping": 0.0})
+    steps: int = 0
+    error: str | None = None
+
+
+def resolve_device(device: str) -> str:
+    """``auto`` = CUDA when present, else CPU; anything else passes through (checked)."""
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise SystemExit(f"--device {device}: no CUDA device here; use --device cpu (or auto)")
+    return device
+
+
+def resolve_engine(engine: str, device: str) -> str:
+    if engine not in ENGINES:
+        raise SystemExit(f"unknown engine {engine!r}; choose from {', '.join(ENGINES)}")
+    if engine == "auto":
+        return "fast" if str(device).startswith("cuda") else "teaching"
+    return engine
 
 
 def resolve_drafter(method: str, path: str | None, target_is_default: bool) -> str:
@@ -59,7 +93,9 @@ def _groups(n: int, size: int) -> list[list[int]]:
 def run_bench(*, methods, ks, prompts: str, num_prompts: int, max_new_tokens: int, temperature: float = 0.0,
               target: Target | None = None, target_name: str | None = None, eagle_drafter: str | None = None,
               peagle_drafter: str | None = None, seed: int = 0, progress: bool = True,
-              batch_sizes=(1,), spread: bool = False) -> dict:
+              batch_sizes=(1,), spread: bool = False, engine: str = "auto", device: str = "auto",
+              dtype: str = "float32", max_len: int | None = None, keep_going: bool = False,
+              time_budget_s: float | None = None, hbm_bytes_per_s: float = H200_HBM_BYTES_PER_S) -> dict:
     """Run the benchmark and return the JSON-ready result (``{"results": [...], ...}``).
 
     ``batch_sizes``: for each B, rows run consecutive groups of B prompts as one batch
@@ -68,7 +104,14 @@ def run_bench(*, methods, ks, prompts: str, num_prompts: int, max_new_tokens: in
     rounds of ``lcm(batch_sizes)`` so every configuration sees the same prompts at about the same
     time. With B > 1, identical_to_ar compares each request with single-request AR (for the batched
     ``ar`` row too).
+
+    ``engine``: see the module docstring (B > 1 always uses the batched engine). ``max_len``: the
+    fast engine's static cache (default: longest prompt + max_new_tokens + max K + 1). ``keep_going``:
+    a configuration that raises gets its ``error`` recorded and is skipped from then on, the rest
+    run on. ``time_budget_s``: start no new round of prompts this long after the call began (loading
+    and warm-up included; rows then report the prompts actually run; the first round always runs). ``hbm_bytes_per_s``: bandwidth for the memory floor (H200: 4.8 TB/s).
     """
+    started = time.perf_counter()
     bad = [m for m in methods if m not in BENCH_METHODS]
     if bad:
         raise SystemExit(f"unknown method(s) {bad}; choose from {', '.join(BENCH_METHODS)}")
@@ -79,11 +122,15 @@ def run_bench(*, methods, ks, prompts: str, num_prompts: int, max_new_tokens: in
         raise SystemExit("batched decoding is greedy only: use --temperature 0 with --batch-size > 1, or --batch-size 1 for sampling")
     if batch_sizes[-1] > 1 and "hf" in methods:
         raise SystemExit("the hf baseline runs one prompt at a time: drop hf from --methods or use --batch-size 1")
-    target = target or Target.load(target_name)
+    if dtype not in DTYPES:
+        raise SystemExit(f"unknown dtype {dtype!r}; choose from {', '.join(DTYPES)}")
+    target = target or Target.load(target_name, dtype=DTYPES[dtype], device=resolve_device(device))
+    engine = resolve_engine(engine, str(target.device))
     drafters = {}
     for m, path in (("eagle", eagle_drafter), ("peagle", peagle_drafter)):
         if m in methods:
-            drafters[m] = load_drafter(resolve_drafter(m, path, target_name in (None, "smollm2")), target)
+            drafters[m] = load_drafter(resolve_drafter(m, path, target_name in (None, "smollm2")), target,
+                                       dtype=next(target.model.parameters()).dtype)
     rows = []
     for b in batch_sizes:
         for m in methods:
@@ -92,6 +139,12 @@ def run_bench(*, methods, ks, prompts: str, num_prompts: int, max_new_tokens: in
     prompt_ids = [target.chat_ids(p) for p in load_prompts(prompts, num_prompts, spread=spread)]
     if not prompt_ids:
         raise SystemExit(f"no prompts in {prompts}")
+    if max_len is None:
+        max_len = max(len(p) for p in prompt_ids) + max_new_tokens + max(ks, default=1) + 1
+
+    def fast(row: _Row) -> bool:
+        """Rows the fast engine runs: batch 1, greedy (sampling stays on the teaching engine)."""
+        return engine == "fast" and row.batch_size == 1 and row.method != "hf" and temperature <= 0
 
     def run(row: _Row, batch: list[list[int]], s: int, budget: int = max_new_tokens):
         """-> (token lists, wall seconds, acceptance per request, time split)"""
@@ -103,42 +156,79 @@ def run_bench(*, methods, ks, prompts: str, num_prompts: int, max_new_tokens: in
         for ids in batch:
             if row.method == "hf":
                 outs.append(target.hf_generate(ids, budget, temperature=temperature, seed=s))
+            elif fast(row):
+                outs.append(generate_fast(target, ids, method=row.method, drafter=drafters.get(row.method), k=row.k or 1,
+                                          max_new_tokens=budget, temperature=temperature, seed=s, max_len=max_len))
+                row.steps += len(outs[-1].tokens) if row.method == "ar" else len(outs[-1].steps)
             else:
                 outs.append(generate(target, ids, method=row.method, drafter=drafters.get(row.method), k=row.k or 1,
                                      max_new_tokens=budget, temperature=temperature, seed=s))
         split = None
-        if outs and getattr(outs[0], "acceptance", None) is not None:
+        if outs and (getattr(outs[0], "acceptance", None) is not None or fast(row)):
             split = StepTimes(**{key: sum(getattr(o.times, key) for o in outs) for key in StepTimes().to_dict()})
         return ([o.tokens for o in outs], sum(o.seconds for o in outs),
                 [getattr(o, "acceptance", None) for o in outs], split)
 
+    def attempt(row: _Row, *args, **kw):
+        """run(), or with keep_going: None after recording the row's first error."""
+        if row.error is not None:
+            return None
+        try:
+            return run(row, *args, **kw)
+        except Exception as err:  # noqa: BLE001 -- recorded per configuration, the others go on
+            if not keep_going:
+                raise
+            row.error = f"{type(err).__name__}: {err}"
+            print(f"bench: {row.method} k={row.k} failed: {row.error}", file=sys.stderr)
+            return None
+
     warm = [ids[:64] for ids in prompt_ids[: batch_sizes[-1]]]
-    for row in rows:  # warm-up: one short generation (or batch) per configuration, discarded
-        run(row, warm[: row.batch_size], seed, budget=min(max_new_tokens, 16))
+    for row in rows:  # warm-up: one short generation (or batch) per configuration, discarded (captures graphs)
+        attempt(row, warm[: row.batch_size], seed, budget=min(max_new_tokens, 16))
+        row.steps = 0
     greedy = temperature <= 0
     single_ar = next((r for r in rows if r.method == "ar" and r.batch_size == 1), None)
     round_size = math.lcm(*batch_sizes)
+    prompts_done = 0
     for group in tqdm(_groups(len(prompt_ids), round_size), desc="bench rounds", disable=not progress, file=sys.stderr):
+        if prompts_done and time_budget_s is not None and time.perf_counter() - started > time_budget_s:
+            print(f"bench: time budget {time_budget_s:.0f} s spent after {prompts_done} prompts", file=sys.stderr)
+            break
+        prompts_done += len(group)
         reference = {}
         if greedy:
-            if single_ar is not None:          # timed, and it is the reference
-                toks, secs, _, _ = run(single_ar, [prompt_ids[i] for i in group], seed + group[0])
+            got = attempt(single_ar, [prompt_ids[i] for i in group], seed + group[0]) if single_ar is not None else None
+            if got is not None:                # timed, and it is the reference
+                toks, secs, _, split = got
                 single_ar.tokens += sum(len(t) for t in toks)
                 single_ar.seconds += secs
+                for key, value in (split.to_dict().items() if split is not None else ()):
+                    single_ar.times[key] += value
                 reference = dict(zip(group, toks))
             else:                              # still need AR output for identical_to_ar, untimed
-                reference = {i: generate(target, prompt_ids[i], method="ar", max_new_tokens=max_new_tokens).tokens
-                             for i in group}
+                gen = generate_fast if engine == "fast" else generate
+                kw = {"max_len": max_len} if engine == "fast" else {}
+                try:
+                    reference = {i: gen(target, prompt_ids[i], method="ar", max_new_tokens=max_new_tokens, **kw).tokens
+                                 for i in group}
+                except Exception as err:  # noqa: BLE001
+                    if not keep_going:
+                        raise
+                    print(f"bench: AR reference failed ({err}); identical_to_ar stays null", file=sys.stderr)
         for row in rows:
             if row is single_ar and greedy:
                 continue
             for chunk in _groups(len(group), row.batch_size):
                 idx = [group[j] for j in chunk]
-                toks, secs, accs, split = run(row, [prompt_ids[i] for i in idx], seed + idx[0])
+                got = attempt(row, [prompt_ids[i] for i in idx], seed + idx[0])
+                if got is None:
+                    break
+                toks, secs, accs, split = got
                 row.tokens += sum(len(t) for t in toks)
                 row.seconds += secs
-                if greedy and (row.method != "ar" or row.batch_size > 1):
+                if greedy and reference and (row.method != "ar" or row.batch_size > 1):
                     same = all(t == reference[i] for t, i in zip(toks, idx))
+                    row.identical_prompts += sum(t == reference[i] for t, i in zip(toks, idx))
                     row.identical = same if row.identical is None else (row.identical and same)
                 for acc in accs:
                     if acc is not None:
@@ -148,22 +238,47 @@ def run_bench(*, methods, ks, prompts: str, num_prompts: int, max_new_tokens: in
                         row.times[key] += value
     results = []
     for row in rows:
+        row_engine = "fast" if fast(row) else ("hf" if row.method == "hf" else "teaching")
         results.append({
-            "method": row.method, "k": row.k, "batch_size": row.batch_size,
+            "method": row.method, "k": row.k, "batch_size": row.batch_size, "engine": row_engine,
             "tokens_per_s": row.tokens / row.seconds if row.seconds else 0.0,
             "acceptance_length": row.stats.acceptance_length if row.stats else None,
             "acceptance_per_position": row.stats.per_position if row.stats else None,
             "conditional_acceptance": row.stats.conditional if row.stats else None,
             "identical_to_ar": row.identical,
-            "num_prompts": len(prompt_ids), "new_tokens": row.tokens, "seconds": row.seconds,
-            "time_split_s": row.times if row.stats else None,
+            "identical_prompts": row.identical_prompts if row.identical is not None else None,
+            "num_prompts": prompts_done, "new_tokens": row.tokens, "seconds": row.seconds,
+            "time_split_s": row.times if (row.stats or row_engine == "fast") else None,
         })
-    return {"date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-            "machine": f"{platform.node()} {platform.machine()}", "target": target.name,
-            "settings": {"prompts": str(prompts), "num_prompts": num_prompts, "spread": spread, "max_new_tokens": max_new_tokens,
-                         "temperature": temperature, "methods": list(methods), "k": list(ks),
-                         "batch_size": batch_sizes},
-            "results": results}
+        if row_engine == "fast":               # per speculative step (per token for AR), milliseconds
+            per = 1e3 / row.steps if row.steps else 0.0
+            results[-1]["step_split_ms"] = {"steps": row.steps, "verify": row.times["verify"] * per,
+                                            "draft": row.times["draft"] * per, "host": row.times["bookkeeping"] * per}
+        if row.error is not None:
+            results[-1]["error"] = row.error
+    out = {"date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+           "machine": f"{platform.node()} {platform.machine()}", "target": target.name,
+           "settings": {"prompts": str(prompts), "num_prompts": num_prompts, "spread": spread, "max_new_tokens": max_new_tokens,
+                        "temperature": temperature, "methods": list(methods), "k": list(ks),
+                        "batch_size": batch_sizes, "engine": engine, "device": str(target.device),
+                        "dtype": str(next(target.model.parameters()).dtype).removeprefix("torch."),
+                        "max_len": max_len if engine == "fast" else None},
+           "results": results}
+    if engine == "fast" and target.device.type == "cuda":
+        out["floors"] = floors(target, drafters, max_len, hbm_bytes_per_s)
+    return out
+
+
+def floors(target: Target, drafters: dict, max_len: int, hbm_bytes_per_s: float = H200_HBM_BYTES_PER_S) -> dict:
+    """What a step cannot beat on this GPU: one empty graph launch, and reading the weights once."""
+    weights = static_target(target, -(-max_len // 64) * 64).weight_bytes
+    drafter_bytes = {m: module_weight_bytes(d, skip=("embed_tokens", "d2t", "t2d")) for m, d in drafters.items()}
+    return {"launch_us": launch_floor_us(target.device), "hbm_bytes_per_s": hbm_bytes_per_s,
+            "target_weight_bytes": weights, "target_memory_floor_ms": memory_floor_ms(weights, hbm_bytes_per_s),
+            "drafter_weight_bytes": drafter_bytes,
+            "drafter_memory_floor_ms": {m: memory_floor_ms(b, hbm_bytes_per_s) for m, b in drafter_bytes.items()},
+            "note": "memory floor = weight bytes / bandwidth: the least time one forward can take at batch 1; "
+                    "launch floor = replaying an empty captured CUDA graph"}
 
 
 def write_json(result: dict, path: str | None) -> None:

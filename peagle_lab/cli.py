@@ -72,7 +72,8 @@ def cmd_bench(args) -> int:
     result = run_bench(methods=args.methods, ks=args.k, prompts=args.prompts, num_prompts=args.num_prompts,
                        max_new_tokens=args.max_new_tokens, temperature=args.temperature, target_name=args.target,
                        eagle_drafter=args.eagle_drafter, peagle_drafter=args.peagle_drafter, seed=args.seed,
-                       batch_sizes=args.batch_size, spread=args.spread)
+                       batch_sizes=args.batch_size, spread=args.spread, engine=args.engine, device=args.device,
+                       dtype=args.dtype, hbm_bytes_per_s=args.hbm_gbps * 1e9)
     result["command"] = "peagle-lab " + " ".join(args.argv)
     result["info"] = collect(count_prompts=False)
     write_json(result, args.json)
@@ -343,6 +344,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--batch-size", type=_ints, default=[1],
                    help="requests decoded together (greedy only), e.g. 1,4; tokens/s counts all of them")
+    s.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda")
+    s.add_argument("--engine", default="auto", choices=["auto", "teaching", "fast"],
+                   help="auto: fast (static caches, CUDA graphs) on CUDA, teaching on CPU; fast is greedy, batch 1")
+    s.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
+                   help="target and drafter weights (float32 on CPUs without native bf16)")
+    s.add_argument("--hbm-gbps", type=float, default=4800.0,
+                   help="memory bandwidth (GB/s) for the memory floor on CUDA (default: H200, 4800)")
     s.add_argument("--json", default=None, help="also write the result to this file")
     s.set_defaults(fn=cmd_bench)
 

@@ -1,0 +1,87 @@
+"""Drafting over a static drafter cache: the drafter's own layers, fixed shapes, no host sync.
+
+:class:`StaticDrafterCache` stands in for :class:`peagle_lab.drafter.DrafterCache` inside
+``Eagle3Drafter.forward``: instead of growing by concatenation, ``append`` writes the new keys and
+values at ``write_idx`` in preallocated buffers and hands back the whole buffer; the caller's mask
+(``slot <= position``) decides what each query sees. So the drafter math is not repeated here.
+
+One drafting step always reads ``C`` context slots, of which only the first ``ctx_n`` are real
+(``ctx_n = n + 1``: the accepted drafts and the bonus token, known only on the device). The
+``C - ctx_n`` padding slots are written to a scratch region past ``capacity`` that no query ever
+attends to, so padded and unpadded steps give the same drafts, and the shape stays fixed
+(``C = K + 1``) for CUDA-graph capture. After the step the drafter keeps the ``ctx_n`` context slots
+(``d_len += ctx_n``); draft and mask slots beyond it are stale and get overwritten next step.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..drafter import Eagle3Drafter
+
+
+class StaticDrafterCache:
+    """Per-layer K/V ``(1, nkv, capacity + scratch, hd)``, written in place at ``write_idx``."""
+
+    def __init__(self, drafter: Eagle3Drafter, capacity: int, scratch: int):
+        c = drafter.cfg
+        weight = drafter.fc.weight
+        shape = (c.num_layers, 1, c.num_kv_heads, capacity + scratch, c.head_dim)
+        self.keys = torch.zeros(shape, dtype=weight.dtype, device=weight.device)
+        self.values = torch.zeros_like(self.keys)
+        self.capacity = capacity
+        self.slots = torch.arange(capacity + scratch, device=weight.device)  # (S,) slot index = position
+        self.write_idx: torch.Tensor | None = None                           # (T,) set before each forward
+
+    @property
+    def length(self) -> int:
+        # Eagle3Drafter.forward reads this only to default positions / the mask; we always pass both.
+        return self.capacity
+
+    def append(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        self.keys[layer].index_copy_(2, self.write_idx, k)                    # k (1, nkv, T, hd)
+        self.values[layer].index_copy_(2, self.write_idx, v)
+        return self.keys[layer], self.values[layer]                          # (1, nkv, S, hd)
+
+
+def _forward(drafter: Eagle3Drafter, cache: StaticDrafterCache, ids, hidden, positions, write_idx):
+    """One drafter pass over ``T`` slots -> ``(prenorm (T, H), logits (T, Vd))``."""
+    cache.write_idx = write_idx
+    mask = cache.slots[None, :] <= positions[:, None]                        # (T, S); scratch slots > any position
+    prenorm, logits = drafter(ids[None], hidden[None], cache, positions=positions[None], attn_mask=mask)
+    return prenorm[0], logits[0]
+
+
+def draft_static(drafter: Eagle3Drafter, cache: StaticDrafterCache, ctx_tok: torch.Tensor, ctx_aux: torch.Tensor,
+                 ctx_n: torch.Tensor, d_len: torch.Tensor, k: int, parallel: bool) -> torch.Tensor:
+    """Greedy drafts ``(K,)`` (target ids) from ``ctx_tok (C,)``, ``ctx_aux (C, 3H)``; advances ``d_len``.
+
+    ``ctx_n (1,)`` real context slots, ``d_len (1,)`` drafter cache length: device tensors, so this
+    runs inside a CUDA graph. ``parallel``: P-EAGLE (one pass with K-1 mask slots), else EAGLE-3
+    (one context pass, then K-1 one-token passes on the previous draft and its own prenorm).
+    """
+    C = ctx_tok.shape[0]
+    j = torch.arange(C, device=ctx_tok.device)
+    ctx_pos = d_len + j                                                      # (C,)
+    ctx_write = torch.where(j < ctx_n, ctx_pos, cache.capacity + j)          # padding -> scratch
+    last = ctx_n - 1                                                         # (1,) slot that predicts draft 1
+    hidden = drafter.project(ctx_aux)                                        # (C, H)
+    if parallel:
+        m = torch.arange(k - 1, device=ctx_tok.device)
+        mask_pos = d_len + ctx_n + m                                         # (K-1,) right after the real context
+        ids = torch.cat([ctx_tok, torch.full_like(m, drafter.cfg.mask_token_id)])               # (C+K-1,)
+        hidden = torch.cat([hidden, drafter.projected_mask_hidden().expand(k - 1, -1)])         # (C+K-1, H)
+        _, logits = _forward(drafter, cache, ids, hidden, torch.cat([ctx_pos, mask_pos]), torch.cat([ctx_write, mask_pos]))
+        rows = torch.cat([last, C + m])                                      # (K,) last real slot + mask slots
+        drafts = drafter.to_target_ids(logits[rows].argmax(-1))              # (K,)
+    else:
+        prenorm, logits = _forward(drafter, cache, ctx_tok, hidden, ctx_pos, ctx_write)
+        tok = drafter.to_target_ids(logits[last].argmax(-1))                 # (1,)
+        h, out = prenorm[last], [tok]                                        # (1, H)
+        for i in range(k - 1):
+            pos = d_len + ctx_n + i                                          # (1,)
+            prenorm, logits = _forward(drafter, cache, tok, h, pos, pos)
+            tok, h = drafter.to_target_ids(logits.argmax(-1)), prenorm       # (1,), (1, H)
+            out.append(tok)
+        drafts = torch.cat(out)                                              # (K,)
+    d_len.add_(ctx_n)                                                        # keep the real context slots
+    return drafts

@@ -1,0 +1,202 @@
+"""The fast engine: the teaching engine's loop over static caches, each step a replayed CUDA graph.
+
+``generate_fast(target, prompt_ids, method=...)`` returns what :func:`peagle_lab.engine.generate`
+returns, token for token at T = 0 (the oracle tests check it). A step is
+
+1. ``draft``  -- the drafter reads the new context (accepted drafts + bonus) and proposes K tokens;
+2. ``verify`` -- the target scores ``[bonus, drafts]`` (K+1 positions), and on the device: greedy
+   choice, accepted count ``n``, next bonus, next context, cache lengths;
+3. one host sync -- ``n`` and the chosen tokens come back in one ``tolist()``.
+
+Every buffer those steps touch is allocated up front, so on CUDA each of ``draft`` and ``verify``
+is captured once per (method, K) and replayed (:class:`~peagle_lab.fast.graphs.StepGraph`);
+rollback is the length counter ``t_len`` / ``d_len`` moving. AR is the same loop with K = 0 and no
+drafter (``verify`` of one token = decode). Prefill runs eagerly (its length varies).
+
+Sampling (T > 0) is not on the fast path: it falls back to the teaching engine.
+"""
+from __future__ import annotations
+
+import time
+import weakref
+
+import torch
+
+from ..drafter import Eagle3Drafter, check_compatible
+from ..engine import METHODS, SpecResult, Step, StepTimes, _finish, generate
+from ..stats import AcceptanceStats
+from ..target import Target
+from .draft import StaticDrafterCache, draft_static
+from .graphs import StepGraph
+from .llama import StaticTarget
+
+_STATIC: "weakref.WeakKeyDictionary[Target, dict]" = weakref.WeakKeyDictionary()
+
+
+def static_target(target: Target, max_len: int) -> StaticTarget:
+    """One static target (weights shared, KV cache of ``max_len``) per target and length."""
+    table = _STATIC.setdefault(target, {})
+    if ("target", max_len) not in table:
+        table[("target", max_len)] = StaticTarget(target, max_len)
+    return table[("target", max_len)]
+
+
+class FastEngine:
+    """Static buffers and captured steps for one (target, method, drafter, K, max_len)."""
+
+    def __init__(self, target: Target, method: str, drafter: Eagle3Drafter | None, k: int, max_len: int,
+                 capture: bool = True):
+        self.method, self.drafter, self.max_len = method, drafter, max_len
+        self.k = k if method != "ar" else 0
+        self.st = static_target(target, max_len)
+        dev = self.device = target.device
+        K = self.k
+        long = dict(dtype=torch.long, device=dev)
+        self.bonus = torch.zeros(1, **long)                # last emitted token, not yet in the target cache
+        self.drafts = torch.zeros(K, **long)               # (K,)
+        self.t_len = torch.zeros(1, **long)                # target cache length
+        self.packed = torch.zeros(2 * K + 2, **long)       # host's view of a step: [n, choice (K+1), drafts (K)]
+        self.arange = torch.arange(K + 1, **long)
+        if drafter is not None:
+            H3 = len(target.aux_layer_ids) * target.hidden_size
+            self.ctx_tok = torch.zeros(K + 1, **long)      # (K+1,) first ctx_n are real
+            self.ctx_aux = torch.zeros(K + 1, H3, dtype=self.st.embed.dtype, device=dev)  # (K+1, 3H)
+            self.ctx_n = torch.ones(1, **long)
+            self.d_len = torch.zeros(1, **long)
+            # scratch for padding slots; slot counts kept multiples of 16 (aligned masks for fused attention)
+            self.dcache = StaticDrafterCache(drafter, max_len, scratch=-(-(K + 1) // 16) * 16)
+        self.verify = StepGraph(self._verify, dev, capture=capture)
+        self.draft = StepGraph(self._draft, dev, capture=capture) if drafter is not None else None
+        self.reason = self.verify.reason
+
+    # ----------------------------------------------------------------------------- the two steps
+    def _draft(self) -> None:
+        drafts = draft_static(self.drafter, self.dcache, self.ctx_tok, self.ctx_aux, self.ctx_n, self.d_len,
+                              self.k, parallel=self.method == "peagle")
+        self.drafts.copy_(drafts)
+
+    def _verify(self) -> None:
+        ids = torch.cat([self.bonus, self.drafts])                          # (K+1,)
+        logits, aux = self.st.forward(ids, self.t_len + self.arange, aux=self.drafter is not None)
+        choice = logits.argmax(-1)                                          # (K+1,) target's greedy tokens
+        n = (self.drafts == choice[:-1]).long().cumprod(0).sum(0, keepdim=True)   # (1,) accepted drafts
+        self.bonus.copy_(choice.gather(0, n))
+        self.t_len.add_(n + 1)                                              # keep old bonus + n accepted
+        self.packed.copy_(torch.cat([n, choice, self.drafts]))
+        if self.drafter is not None:                                        # next context: choice[:n+1], aux[:n+1]
+            self.ctx_tok.copy_(choice)
+            self.ctx_aux.copy_(aux)
+            self.ctx_n.copy_(n + 1)
+
+    def _prefill(self, prompt_ids: list[int]) -> int:
+        """Eager: the prompt through the target (and the drafter's first pass); returns the first token."""
+        prompt = torch.tensor(prompt_ids, device=self.device)
+        T = prompt.shape[0]
+        logits, aux = self.st.forward(prompt, torch.arange(T, device=self.device), aux=self.drafter is not None)
+        self.bonus.copy_(logits[-1].argmax(-1, keepdim=True))
+        self.t_len.fill_(T)
+        if self.drafter is not None:                                        # slot j: features at j, token at j+1
+            self.d_len.zero_()
+            ctx_tok = torch.cat([prompt[1:], self.bonus])                   # (T,)
+            drafts = draft_static(self.drafter, self.dcache, ctx_tok, aux, torch.full_like(self.d_len, T),
+                                  self.d_len, self.k, parallel=self.method == "peagle")
+            self.drafts.copy_(drafts)
+        return int(self.bonus.item())
+
+    # ----------------------------------------------------------------------------- the loop
+    @torch.inference_mode()
+    def generate(self, prompt_ids: list[int], max_new_tokens: int, eos: tuple[int, ...] = (),
+                 time_split: bool = True) -> SpecResult:
+        need = len(prompt_ids) + max_new_tokens + self.k + 1
+        if need > self.max_len:
+            raise ValueError(f"prompt ({len(prompt_ids)} tokens) + max_new_tokens ({max_new_tokens}) + K+1 ({self.k + 1}) "
+                             f"= {need} exceeds the static cache of {self.max_len} positions: pass max_len >= {need}")
+        cuda = self.device.type == "cuda" and time_split
+        stats = AcceptanceStats(self.k) if self.drafter is not None else None
+        times, steps = StepTimes(), []
+        t0 = time.perf_counter()
+        tokens, done = _finish([self._prefill(prompt_ids)], max_new_tokens, eos)
+        times.prefill = time.perf_counter() - t0
+        events = [torch.cuda.Event(enable_timing=True) for _ in range(3)] if cuda else None
+        while not done:
+            t1 = time.perf_counter()
+            if cuda:
+                events[0].record()
+            if steps and self.draft is not None:                            # the first drafts came with prefill
+                self.draft()
+            if cuda:
+                events[1].record()
+            t2 = time.perf_counter()
+            self.verify()
+            if cuda:
+                events[2].record()
+            out = self.packed.tolist()                                      # the step's one host sync
+            t3 = time.perf_counter()
+            K = self.k
+            n, choice, drafts = out[0], out[1: K + 2], out[K + 2:]
+            if stats is not None:                                           # AR keeps no steps, as engine.generate
+                stats.record(n)
+                steps.append(Step(drafts, n, choice[n]))
+            tokens, done = _finish(tokens + choice[: n + 1], max_new_tokens, eos)
+            if cuda:                                                        # GPU time; host = the rest of the step
+                draft_s, verify_s = events[0].elapsed_time(events[1]) / 1e3, events[1].elapsed_time(events[2]) / 1e3
+            else:
+                draft_s, verify_s = t2 - t1, t3 - t2
+            times.draft += draft_s
+            times.verify += verify_s
+            times.bookkeeping += max(0.0, time.perf_counter() - t1 - draft_s - verify_s)
+        return SpecResult(tokens=tokens, prompt_len=len(prompt_ids), seconds=time.perf_counter() - t0,
+                          acceptance=stats, times=times, steps=steps,
+                          stats={"engine": "fast", "graphs": self.verify.captured, "graph_note": self.reason})
+
+
+_ENGINES: "weakref.WeakKeyDictionary[Target, dict]" = weakref.WeakKeyDictionary()
+
+
+def fast_engine(target: Target, method: str, drafter: Eagle3Drafter | None, k: int, max_len: int,
+                capture: bool = True) -> FastEngine:
+    """The engine for this configuration, built (and its graphs captured) on first use."""
+    table = _ENGINES.setdefault(target, {})
+    key = (method, id(drafter), k if method != "ar" else 0, max_len, capture)
+    if key not in table:                           # the engine holds the drafter, so id() stays unique
+        table[key] = FastEngine(target, method, drafter, k, max_len, capture=capture)
+    return table[key]
+
+
+@torch.inference_mode()       # capture and warm-up too: no autograd state in any static buffer
+def generate_fast(target: Target, prompt_ids: list[int], *, method: str = "peagle", drafter: Eagle3Drafter | None = None,
+                  k: int = 5, max_new_tokens: int = 128, temperature: float = 0.0, top_p: float = 1.0,
+                  seed: int | None = None, stop_at_eos: bool = True, max_len: int = 2048, capture: bool = True,
+                  time_split: bool = True) -> SpecResult:
+    """:func:`peagle_lab.engine.generate` over static caches and captured steps (greedy).
+
+    ``max_len``: the static cache size, rounded up to a multiple of 64 (prompt + max_new_tokens + K + 1
+    must fit; one cache and one set of graphs per size, so keep it fixed across prompts). ``capture=False``
+    runs the same fixed-shape steps eagerly. ``temperature > 0`` falls back to the teaching engine.
+    """
+    if method not in METHODS:
+        raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
+    if temperature > 0:
+        out = generate(target, prompt_ids, method=method, drafter=drafter, k=k, max_new_tokens=max_new_tokens,
+                       temperature=temperature, top_p=top_p, seed=seed, stop_at_eos=stop_at_eos)
+        out.stats["engine"] = "teaching (the fast engine is greedy only; sampling falls back)"
+        return out
+    if max_new_tokens < 1:
+        raise ValueError("max_new_tokens must be >= 1")
+    if not prompt_ids:
+        raise ValueError("prompt_ids is empty: pass at least one token (e.g. target.chat_ids(text))")
+    if method != "ar":
+        if drafter is None:
+            raise ValueError(f"method {method!r} needs a drafter (pass drafter=load_drafter(...))")
+        if k < 1:
+            raise ValueError("k (draft tokens per step) must be >= 1")
+        check_compatible(drafter, target, k if method == "peagle" else None)
+        if drafter.fc.weight.device != target.device:
+            raise ValueError(f"drafter is on {drafter.fc.weight.device}, target on {target.device}: "
+                             "move it with drafter.to(target.device) (load_drafter(path, target) does)")
+        if method == "peagle" and drafter.mask_hidden is None:
+            raise ValueError("parallel drafting needs a P-EAGLE drafter (mask token + mask_hidden); "
+                             "this one is sequential-only: use method 'eagle' or a P-EAGLE checkpoint")
+    max_len = -(-int(max_len) // 64) * 64
+    engine = fast_engine(target, method, drafter if method != "ar" else None, k, max_len, capture)
+    return engine.generate(prompt_ids, max_new_tokens, target.eos_token_ids if stop_at_eos else (), time_split)

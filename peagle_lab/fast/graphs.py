@@ -1,0 +1,101 @@
+"""CUDA graphs for fixed-shape steps, and the two floors a step's time is compared with.
+
+A step function here takes no arguments: it reads and writes preallocated device buffers. On
+CUDA :class:`StepGraph` runs it a few times on a side stream (so lazy initialisation, cuBLAS
+workspaces and the allocator settle), then captures it once; a call replays the graph, one
+launch for the whole step instead of hundreds from Python. Off CUDA (or when capture fails) it
+calls the function eagerly and says why in ``reason``.
+
+Floors, for reading a measured step time:
+
+* launch floor: replaying an *empty* captured graph -- the least a step can cost;
+* memory floor: the bytes of weight one forward must read / HBM bandwidth (H200: 4.8 TB/s).
+"""
+from __future__ import annotations
+
+import logging
+import time
+import warnings
+from typing import Callable
+
+import torch
+
+log = logging.getLogger(__name__)
+
+H200_HBM_BYTES_PER_S = 4.8e12
+
+
+class StepGraph:
+    """``fn()`` captured once as a CUDA graph and replayed; eager off CUDA (``reason`` says why)."""
+
+    def __init__(self, fn: Callable[[], None], device: torch.device, *, capture: bool = True, warmup: int = 2):
+        self.fn, self.graph, self.reason = fn, None, None
+        if device.type != "cuda":
+            self.reason = f"graph capture skipped: device is {device.type}, CUDA graphs need a CUDA device"
+        elif not capture:
+            self.reason = "graph capture skipped: capture=False (eager launches)"
+        else:
+            try:
+                side = torch.cuda.Stream(device)
+                side.wait_stream(torch.cuda.current_stream(device))
+                with torch.cuda.stream(side):
+                    for _ in range(warmup):
+                        fn()
+                torch.cuda.current_stream(device).wait_stream(side)
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph):
+                    fn()
+                self.graph = graph
+            except Exception as err:  # noqa: BLE001 -- any capture failure falls back to eager, loudly
+                self.reason = f"graph capture failed, running eagerly: {type(err).__name__}: {err}"
+                torch.cuda.synchronize(device)
+        if self.reason:
+            log.info(self.reason)
+
+    @property
+    def captured(self) -> bool:
+        return self.graph is not None
+
+    def __call__(self) -> None:
+        if self.graph is None:
+            self.fn()
+        else:
+            self.graph.replay()
+
+
+def launch_floor_us(device: torch.device | str = "cuda", reps: int = 2000) -> float:
+    """Mean time (us) of replaying an empty captured CUDA graph, back to back."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        raise ValueError("the launch floor is a CUDA measurement; run it on a CUDA device")
+    graph = torch.cuda.CUDAGraph()
+    with warnings.catch_warnings():                 # torch warns that the graph is empty: that is the point
+        warnings.filterwarnings("ignore", message="The CUDA Graph is empty")
+        with torch.cuda.graph(graph):
+            pass
+    for _ in range(50):
+        graph.replay()
+    torch.cuda.synchronize(device)
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        graph.replay()
+    torch.cuda.synchronize(device)
+    return (time.perf_counter() - t0) / reps * 1e6
+
+
+def memory_floor_ms(weight_bytes: int, bandwidth_bytes_per_s: float = H200_HBM_BYTES_PER_S) -> float:
+    """Least time (ms) to stream ``weight_bytes`` from memory once at the given bandwidth."""
+    return weight_bytes / bandwidth_bytes_per_s * 1e3
+
+
+def module_weight_bytes(module: torch.nn.Module, skip: tuple[str, ...] = ()) -> int:
+    """Bytes of a module's parameters and buffers, each storage once, leaving out names containing
+    any of ``skip`` (an embedding table is looked up a row at a time, not streamed)."""
+    seen, total = set(), 0
+    for name, t in [*module.named_parameters(), *module.named_buffers()]:
+        if any(part in name for part in skip):
+            continue
+        if t.data_ptr() not in seen:
+            seen.add(t.data_ptr())
+            total += t.numel() * t.element_size()
+    return total
