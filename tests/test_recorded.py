@@ -1,0 +1,56 @@
+"""Recorded results ship as package data, are what benchmarks/make_recorded.py makes, and notebooks read only them."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from peagle_lab import recorded
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+
+
+def _make_recorded():
+    spec = importlib.util.spec_from_file_location("make_recorded", ROOT / "benchmarks" / "make_recorded.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _code(path: Path) -> str:
+    return "\n".join("".join(c["source"]) for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "code")
+
+
+def test_names_are_the_generated_files():
+    assert recorded.names() == sorted(_make_recorded().RECORDED)
+
+
+@pytest.mark.parametrize("name", recorded.names())
+def test_every_recorded_file_loads_and_is_generated(name):
+    rec = recorded.load(name)
+    assert (ROOT / rec["source"]).is_file(), f"{name}: its source {rec['source']} is missing"
+    assert (ROOT / "peagle_lab" / "recorded" / f"{name}.json").read_text() == _make_recorded().render(name), \
+        f"peagle_lab/recorded/{name}.json is stale: run python benchmarks/make_recorded.py"
+    assert (ROOT / "peagle_lab" / "recorded" / f"{name}.json").stat().st_size < 64_000, "keep recorded files small"
+
+
+def test_unknown_name_lists_the_shipped_ones():
+    with pytest.raises(KeyError, match="kernel_timings"):
+        recorded.load("no_such_result")
+
+
+def test_recorded_files_are_package_data():
+    assert '"recorded/*.json"' in (ROOT / "pyproject.toml").read_text()
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebooks_plot_only_shipped_recorded_results(path):
+    code = _code(path)
+    assert "../benchmarks" not in code and "benchmarks/results" not in code, \
+        f"{path.name} reads benchmarks/ (absent outside a checkout): use peagle_lab.recorded.load(name)"
+    for name in re.findall(r"""recorded\.load\(\s*["']([^"']+)["']""", code):
+        assert name in recorded.names(), f"{path.name} loads recorded result {name!r}, which is not shipped"
