@@ -48,8 +48,11 @@ def _steps_oracle(target, st: StaticTarget, prompt, chunks, rollbacks, tol_logit
 def test_static_forward_equals_transformers(target, mtbench_ids):
     st = StaticTarget(target, MAX_LEN)
     # prefill, 2 decodes, a verify of 4 (roll back 3 = K=3 drafts all rejected), a verify of 8 (keep 5), a decode
+    # fp32 logits of size ~10-30: 1e-4 on the CPU (measured 6e-5); CUDA picks other matmul kernels (other summation
+    # orders), and the H200 measured 1.0001e-4 at the prefill, so the GPU bound is 2e-4
+    tol = 2e-4 if target.device.type == "cuda" else 1e-4
     _steps_oracle(target, st, mtbench_ids[0], [[17], [923], [5, 77, 900, 12], [1, 2, 3, 4, 5, 6, 7, 8], [42]],
-                  [0, 0, 3, 3, 0], tol_logits=1e-4, tol_aux_rel=1e-5)
+                  [0, 0, 3, 3, 0], tol_logits=tol, tol_aux_rel=1e-5)
 
 
 @torch.inference_mode()
