@@ -69,7 +69,19 @@ def kernel_timings() -> dict:
             "rows": [{k: row[k] for k in keep} for row in r["rows"]]}
 
 
-RECORDED = {f.__name__: f for f in (acceptance_by_category, drafter_size, objective_ab, train_memory_8b, kernel_timings)}
+def gpu_speed() -> dict:
+    """The fast engine (static caches, CUDA graphs) at batch 1: tokens/s, AL and the step's time split per method and K."""
+    r = _raw("fast_engine_h200.json")
+    keep = ("method", "k", "dtype", "tokens_per_s", "acceptance_length", "identical_to_ar", "step_split_ms")
+    hf = [x for x in r.get("references", []) if x.get("method") == "hf-static"]
+    return {"source": "benchmarks/results/fast_engine_h200.json", "device": r["machine"],
+            "settings": r["settings"], "rows": [{k: row.get(k) for k in keep} for row in r["results"]],
+            "floors": {run: v["floors"] for run, v in r["runs"].items() if "floors" in v},
+            "transformers_static_cache_tokens_per_s": hf[0]["tokens_per_s"] if hf else None}
+
+
+RECORDED = {f.__name__: f for f in (acceptance_by_category, drafter_size, objective_ab, train_memory_8b, kernel_timings,
+                                    gpu_speed)}
 
 
 def render(name: str) -> str:
