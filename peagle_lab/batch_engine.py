@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 import torch
 
 from .batch_cache import DraftPool, RaggedCache
-from .drafter import Eagle3Drafter, check_compatible
+from .compat import check_compatible
+from .drafter import Eagle3Drafter
 from .engine import METHODS, SpecResult, Step, StepTimes, _finish
 from .kernels import copy_and_expand_eagle_inputs
 from .kernels.batched import fill_mask_slots, request_attention_mask, scatter_hidden_states

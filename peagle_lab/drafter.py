@@ -33,6 +33,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from .assets import publishable
+from .compat import check_compatible, read_mask_token_id
 
 
 @dataclass
@@ -536,7 +537,7 @@ def config_from_dict(raw: dict) -> DrafterConfig:
     heads = int(raw["num_attention_heads"])
     eagle_cfg = raw.get("eagle_config") or {}
     aux = raw.get("eagle_aux_hidden_state_layer_ids") or eagle_cfg.get("eagle_aux_hidden_state_layer_ids")
-    mask_id = next((raw[k] for k in ("ptd_token_id", "pard_token", "mask_token_id") if raw.get(k) is not None), None)
+    mask_id = read_mask_token_id(raw)
     rope = raw.get("rope_parameters") or {}
     return DrafterConfig(
         hidden_size=int(raw["hidden_size"]), num_heads=heads,
@@ -606,28 +607,3 @@ def load_drafter(path: str | os.PathLike, target=None, dtype: torch.dtype = torc
         drafter.to(target.device)
         drafter.share_target_weights(target)
     return drafter.eval()
-
-
-class IncompatibleDrafter(ValueError):
-    """The drafter was built for another target (sizes, vocab or taps differ)."""
-
-
-def check_compatible(drafter: Eagle3Drafter, target, k: int | None = None) -> None:
-    """Refuse a drafter that cannot work with ``target`` (or with ``k`` drafts), naming the fix."""
-    c = drafter.cfg
-    problems = []
-    if c.target_hidden_size != target.hidden_size:
-        problems.append(f"drafter expects target hidden size {c.target_hidden_size}, target has {target.hidden_size}")
-    if c.vocab_size != target.vocab_size:
-        problems.append(f"drafter vocab {c.vocab_size} != target vocab {target.vocab_size}")
-    if tuple(c.aux_layer_ids) != tuple(target.aux_layer_ids):
-        problems.append(f"drafter was trained on target layers {list(c.aux_layer_ids)}, target taps "
-                        f"{list(target.aux_layer_ids)} (load the target with aux_layer_ids={tuple(c.aux_layer_ids)})")
-    if any(i >= target.num_layers for i in c.aux_layer_ids):
-        problems.append(f"drafter taps layers {list(c.aux_layer_ids)} but the target has {target.num_layers}")
-    if problems:
-        raise IncompatibleDrafter("drafter does not fit this target: " + "; ".join(problems)
-                                  + ". Train or pick a drafter for this target (peagle-lab info lists shipped ones).")
-    if k is not None and c.parallel_drafting and c.trained_depth is not None and k > c.trained_depth:
-        raise IncompatibleDrafter(f"K={k} exceeds the depth this P-EAGLE drafter was trained for "
-                                  f"({c.trained_depth}); use --k <= {c.trained_depth} or retrain with a deeper COD depth")
