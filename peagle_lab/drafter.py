@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,7 +30,7 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from .assets import publishable
+from .atomic import atomic_dir
 from .compat import check_compatible, read_mask_token_id
 
 
@@ -500,25 +498,12 @@ def save_drafter(drafter: Eagle3Drafter, path: str | os.PathLike, dtype: torch.d
         else:
             tensors[name] = value.detach().to(dtype).contiguous()
     dtype_name = str(dtype).removeprefix("torch.")
-    tmp = Path(tempfile.mkdtemp(prefix=path.name + ".tmp-", dir=path.parent))
-    try:
+    with atomic_dir(path) as tmp:
         save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
         config = config if config is not None else vllm_config_dict(drafter.cfg, dtype_name)
         (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
         for name, text in (extra_files or {}).items():
             (tmp / name).write_text(text)
-        publishable(tmp)
-        if path.exists():
-            old = path.with_name(path.name + ".old")
-            shutil.rmtree(old, ignore_errors=True)
-            os.rename(path, old)
-            os.rename(tmp, path)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.rename(tmp, path)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return path
 
 

@@ -13,7 +13,6 @@ import contextlib
 import json
 import math
 import os
-import tempfile
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -22,6 +21,7 @@ import torch
 import torch.distributed as dist
 from tqdm.auto import tqdm
 
+from ..atomic import atomic_file
 from ..drafter import DrafterConfig, Eagle3Drafter, init_drafter, save_drafter, vllm_config_dict
 from ..evaluate import replay_prompts
 from ..materialise import FINGERPRINT_KEY, embedding_fingerprint
@@ -295,14 +295,8 @@ class Trainer:
         state = {"drafter": self.drafter.state_dict(), "opt": self.opt.state_dict(), "sched": self.sched.state_dict(),
                  "step": self.step, "history": self.history, "config": asdict(self.cfg),
                  "draft_ids": self.draft_ids, "drafter_config": asdict(self.drafter.cfg)}
-        fd, tmp = tempfile.mkstemp(prefix="checkpoint.tmp-", dir=self.out_dir)
-        os.close(fd)
-        try:
+        with atomic_file(self.checkpoint_path) as tmp:     # a kill mid-save keeps the previous checkpoint
             torch.save(state, tmp)
-            os.replace(tmp, self.checkpoint_path)       # a kill mid-save keeps the previous checkpoint
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
         if world > 1:
             dist.barrier()
 
