@@ -437,9 +437,7 @@ def init_drafter(cfg: DrafterConfig, target=None, seed: int = 0) -> Eagle3Drafte
         for name, p in drafter.named_parameters():
             if name.endswith("norm.weight") or "layernorm" in name:
                 p.fill_(1.0)
-            elif name == "mask_hidden":
-                p.normal_(0.0, 0.02, generator=gen)
-            else:
+            else:                               # mask_hidden too; one generator, in parameter order
                 p.normal_(0.0, 0.02, generator=gen)
         if target is not None:
             embedding = target.model.get_input_embeddings().weight

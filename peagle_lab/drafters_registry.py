@@ -31,15 +31,6 @@ def describe() -> list[dict]:
     return rows
 
 
-def find(name: str) -> Path:
-    """Folder of a shipped drafter by name, or a clear error listing the ones that exist."""
-    table = shipped()
-    if name not in table:
-        have = ", ".join(table) or "none yet"
-        raise FileNotFoundError(f"no shipped drafter named {name!r} (shipped: {have}); pass a checkpoint folder instead")
-    return table[name]
-
-
 def drafter_for(target, method: str, seed: int = 0):
     """The shipped drafter for ``method`` ("eagle" / "peagle") if the target is the embedded one,
     else a randomly initialised drafter of the same anatomy, with a sentence saying which.
