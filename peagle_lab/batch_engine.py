@@ -27,10 +27,11 @@ from dataclasses import dataclass, field
 import torch
 
 from .batch_cache import DraftPool, RaggedCache
-from .drafter import Eagle3Drafter, check_compatible
+from .compat import check_compatible
+from .drafter import Eagle3Drafter
 from .engine import METHODS, SpecResult, Step, StepTimes, _finish
-from .kernels import copy_and_expand_eagle_inputs
-from .kernels.batched import fill_mask_slots, request_attention_mask, scatter_hidden_states
+from .drafting import require_parallel
+from .kernels.batched import drafter_inputs, request_attention_mask
 from .stats import AcceptanceStats
 from .verify import verify_greedy
 
@@ -61,15 +62,8 @@ class BatchResult:
 
 def _layout(drafter: Eagle3Drafter, ctx: Packed, slots: int):
     """Kernel + companion steps: drafter ids, hidden, positions and the per-slot request ids."""
-    out = copy_and_expand_eagle_inputs(
-        target_token_ids=ctx.token_ids, target_positions=ctx.positions, next_token_ids=ctx.next_token_ids,
-        query_start_loc=ctx.query_start_loc, query_end_loc=ctx.query_end_loc, padding_token_id=0,
-        parallel_drafting_token_id=drafter.cfg.mask_token_id if slots > 1 else 0,
-        num_padding_slots_per_request=slots, shift_input_ids=True)
-    n_out = out.input_ids.numel()
-    hidden = scatter_hidden_states(drafter.project(ctx.aux), out.hidden_state_mapping, n_out)   # (T_out, H)
-    if slots > 1:
-        hidden = fill_mask_slots(hidden, out.is_masked_token_mask, drafter.projected_mask_hidden())
+    out, hidden = drafter_inputs(drafter, ctx.token_ids, ctx.positions, ctx.aux, ctx.next_token_ids,
+                                 ctx.query_start_loc, ctx.query_end_loc, slots)
     lens = ctx.query_start_loc[1:] - ctx.query_start_loc[:-1] + (slots - 1)                    # (R,) slots each
     slot_req = torch.repeat_interleave(ctx.req, lens.long())                                   # (T_out,)
     return out, hidden, slot_req
@@ -86,9 +80,7 @@ def _pass(drafter, pool: DraftPool, ids, hidden, positions, slot_req, new_block)
 @torch.inference_mode()
 def draft_parallel_pooled(drafter: Eagle3Drafter, pool: DraftPool, ctx: Packed, k: int) -> torch.Tensor:
     """P-EAGLE for the batch: one packed pass, K greedy drafts per request -> ``(R, K)`` target ids."""
-    if drafter.mask_hidden is None:
-        raise ValueError("parallel drafting needs a P-EAGLE drafter (mask token + mask_hidden); "
-                         "this one is sequential-only: use method 'eagle' or a P-EAGLE checkpoint")
+    require_parallel(drafter)
     out, hidden, slot_req = _layout(drafter, ctx, k)
     start = pool.length
     _, logits = _pass(drafter, pool, out.input_ids, hidden, out.positions, slot_req,
@@ -160,9 +152,8 @@ def generate_batch(target, prompts: list[list[int]], *, method: str = "peagle", 
         if k < 1:
             raise ValueError("k (draft tokens per step) must be >= 1")
         check_compatible(drafter, target, k if method == "peagle" else None)
-        if method == "peagle" and drafter.mask_hidden is None:
-            raise ValueError("parallel drafting needs a P-EAGLE drafter (mask token + mask_hidden); "
-                             "this one is sequential-only: use method 'eagle' or a P-EAGLE checkpoint")
+        if method == "peagle":
+            require_parallel(drafter)
         draft_fn = POOLED_DRAFTERS[method]
     eos = target.eos_token_ids if stop_at_eos else ()
     stats = [AcceptanceStats(k) if spec else None for _ in range(B)]

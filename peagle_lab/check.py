@@ -12,7 +12,8 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 
-from .drafter import IncompatibleDrafter, check_compatible, load_drafter
+from .compat import IncompatibleDrafter, check_compatible, fit_problems, read_mask_token_id
+from .drafter import load_drafter
 from .materialise import materialise_for_vllm
 
 
@@ -23,7 +24,10 @@ def check_drafter(path: str, target, k: int | None = None, probe_prompts: int = 
     cfg_file = path / "config.json"
     if not cfg_file.exists():
         return {"problems": [f"{path} has no config.json: not a drafter folder"], "warnings": [], "probe": None}
-    path = materialise_for_vllm(path, target)          # a learned mask row stored apart: check what vLLM loads
+    try:                                               # a learned mask row stored apart: check what vLLM loads
+        path = materialise_for_vllm(path, target)
+    except ValueError as err:                          # trained with another target's embedding
+        return {"problems": [str(err)], "warnings": [], "probe": None}
     cfg = json.loads((path / "config.json").read_text())
     if not any("Eagle3" in a for a in cfg.get("architectures", [])):
         problems.append(f"architectures {cfg.get('architectures')} do not name an EAGLE-3 model "
@@ -32,18 +36,16 @@ def check_drafter(path: str, target, k: int | None = None, probe_prompts: int = 
     for f in path.glob("*.safetensors"):
         with safe_open(str(f), "pt") as handle:
             keys |= set(handle.keys())
-    parallel = any(key in cfg for key in ("ptd_token_id", "pard_token", "mask_token_id"))
+    parallel = read_mask_token_id(cfg) is not None
     if parallel and "mask_hidden" not in keys:
         problems.append("config asks for parallel drafting but the weights have no mask_hidden "
                         "(vLLM refuses to start; re-export with the trained mask_hidden)")
     if int(cfg.get("draft_vocab_size") or cfg["vocab_size"]) < int(cfg["vocab_size"]) and "d2t" not in keys:
         problems.append("draft vocabulary is smaller than the target's but there is no d2t mapping "
                         "(every draft would map to the wrong token)")
-    if int(cfg["vocab_size"]) != target.vocab_size:
-        problems.append(f"drafter vocab {cfg['vocab_size']} != target vocab {target.vocab_size}: trained for another target")
-    if int(cfg.get("target_hidden_size") or cfg["hidden_size"]) != target.hidden_size:
-        problems.append(f"drafter expects target hidden size {cfg.get('target_hidden_size') or cfg['hidden_size']}, "
-                        f"target has {target.hidden_size}")
+    problems += [f"{p}: trained for another target" for p in fit_problems(
+        expects_hidden=cfg.get("target_hidden_size") or cfg["hidden_size"], vocab=cfg["vocab_size"], taps=None,
+        target_hidden=target.hidden_size, target_vocab=target.vocab_size, target_layers=target.num_layers)]
     if problems:
         return {"problems": problems, "warnings": warnings, "probe": None}
     try:

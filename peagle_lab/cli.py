@@ -129,7 +129,7 @@ def cmd_train(args) -> int:
 
     from .target import Target
     from .train.data import load_samples
-    from .train.trainer import TrainConfig, Trainer, finish_distributed, init_distributed, rank_and_world, validation_replies
+    from .train.trainer import TrainConfig, Trainer, finish_distributed, init_distributed, rank_and_world
     from .train.vocab import build_draft_vocab, token_counts
 
     init_distributed()                                  # no-op unless launched by torchrun
@@ -177,10 +177,11 @@ def cmd_train(args) -> int:
                       learn_mask_embedding=not args.frozen_mask_embedding, hidden_noise=args.hidden_noise)
     val = None
     if args.val_prompts and rank_and_world()[0] == 0:
+        from .evaluate import greedy_replies
         from .prompts import load_prompts
 
-        val = validation_replies(target, [target.chat_ids(p) for p in load_prompts(args.val_set, args.val_prompts, spread=True)],
-                                 args.val_tokens, args.val_k)
+        val_prompts = [target.chat_ids(p) for p in load_prompts(args.val_set, args.val_prompts, spread=True)]
+        val = list(zip(val_prompts, greedy_replies(target, val_prompts, k=args.val_k, max_new_tokens=args.val_tokens)))
         mark(f"{len(val)} validation replies generated ({args.val_set})")
     trainer = Trainer(target, samples, cfg, args.out, ids, drafter=init, val_replies=val)
     mark("trainer ready; training starts")
@@ -262,10 +263,11 @@ def _drafter_specs(specs: list[str]) -> dict[str, str]:
 def cmd_eval(args) -> int:
     import datetime as dt
 
-    from .drafter import IncompatibleDrafter, check_compatible, load_drafter
+    from .compat import IncompatibleDrafter, check_compatible
+    from .drafter import load_drafter
+    from .evaluate import evaluate_drafters, greedy_replies
     from .prompts import load_categories, load_prompts
     from .target import Target
-    from .train.replay import evaluate_drafters, greedy_replies
 
     specs = _drafter_specs(args.drafters)
     texts = load_prompts(args.prompts, args.num_prompts, spread=args.spread)     # a bad prompt file fails before any load

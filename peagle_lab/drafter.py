@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,7 +30,8 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from .assets import publishable
+from .atomic import atomic_dir
+from .compat import check_compatible, read_mask_token_id
 
 
 @dataclass
@@ -438,9 +437,7 @@ def init_drafter(cfg: DrafterConfig, target=None, seed: int = 0) -> Eagle3Drafte
         for name, p in drafter.named_parameters():
             if name.endswith("norm.weight") or "layernorm" in name:
                 p.fill_(1.0)
-            elif name == "mask_hidden":
-                p.normal_(0.0, 0.02, generator=gen)
-            else:
+            else:                               # mask_hidden too; one generator, in parameter order
                 p.normal_(0.0, 0.02, generator=gen)
         if target is not None:
             embedding = target.model.get_input_embeddings().weight
@@ -499,25 +496,12 @@ def save_drafter(drafter: Eagle3Drafter, path: str | os.PathLike, dtype: torch.d
         else:
             tensors[name] = value.detach().to(dtype).contiguous()
     dtype_name = str(dtype).removeprefix("torch.")
-    tmp = Path(tempfile.mkdtemp(prefix=path.name + ".tmp-", dir=path.parent))
-    try:
+    with atomic_dir(path) as tmp:
         save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
         config = config if config is not None else vllm_config_dict(drafter.cfg, dtype_name)
         (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
         for name, text in (extra_files or {}).items():
             (tmp / name).write_text(text)
-        publishable(tmp)
-        if path.exists():
-            old = path.with_name(path.name + ".old")
-            shutil.rmtree(old, ignore_errors=True)
-            os.rename(path, old)
-            os.rename(tmp, path)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.rename(tmp, path)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return path
 
 
@@ -536,7 +520,7 @@ def config_from_dict(raw: dict) -> DrafterConfig:
     heads = int(raw["num_attention_heads"])
     eagle_cfg = raw.get("eagle_config") or {}
     aux = raw.get("eagle_aux_hidden_state_layer_ids") or eagle_cfg.get("eagle_aux_hidden_state_layer_ids")
-    mask_id = next((raw[k] for k in ("ptd_token_id", "pard_token", "mask_token_id") if raw.get(k) is not None), None)
+    mask_id = read_mask_token_id(raw)
     rope = raw.get("rope_parameters") or {}
     return DrafterConfig(
         hidden_size=int(raw["hidden_size"]), num_heads=heads,
@@ -606,28 +590,3 @@ def load_drafter(path: str | os.PathLike, target=None, dtype: torch.dtype = torc
         drafter.to(target.device)
         drafter.share_target_weights(target)
     return drafter.eval()
-
-
-class IncompatibleDrafter(ValueError):
-    """The drafter was built for another target (sizes, vocab or taps differ)."""
-
-
-def check_compatible(drafter: Eagle3Drafter, target, k: int | None = None) -> None:
-    """Refuse a drafter that cannot work with ``target`` (or with ``k`` drafts), naming the fix."""
-    c = drafter.cfg
-    problems = []
-    if c.target_hidden_size != target.hidden_size:
-        problems.append(f"drafter expects target hidden size {c.target_hidden_size}, target has {target.hidden_size}")
-    if c.vocab_size != target.vocab_size:
-        problems.append(f"drafter vocab {c.vocab_size} != target vocab {target.vocab_size}")
-    if tuple(c.aux_layer_ids) != tuple(target.aux_layer_ids):
-        problems.append(f"drafter was trained on target layers {list(c.aux_layer_ids)}, target taps "
-                        f"{list(target.aux_layer_ids)} (load the target with aux_layer_ids={tuple(c.aux_layer_ids)})")
-    if any(i >= target.num_layers for i in c.aux_layer_ids):
-        problems.append(f"drafter taps layers {list(c.aux_layer_ids)} but the target has {target.num_layers}")
-    if problems:
-        raise IncompatibleDrafter("drafter does not fit this target: " + "; ".join(problems)
-                                  + ". Train or pick a drafter for this target (peagle-lab info lists shipped ones).")
-    if k is not None and c.parallel_drafting and c.trained_depth is not None and k > c.trained_depth:
-        raise IncompatibleDrafter(f"K={k} exceeds the depth this P-EAGLE drafter was trained for "
-                                  f"({c.trained_depth}); use --k <= {c.trained_depth} or retrain with a deeper COD depth")

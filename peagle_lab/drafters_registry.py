@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from .compat import read_mask_token_id
+
 SHIPPED_DIR = Path(__file__).parent / "drafters"
 
 
@@ -22,20 +24,11 @@ def describe() -> list[dict]:
     rows = []
     for name, path in shipped().items():
         cfg = json.loads((path / "config.json").read_text())
-        rows.append({"name": name, "path": str(path), "parallel_drafting": "ptd_token_id" in cfg,
+        rows.append({"name": name, "path": str(path), "parallel_drafting": read_mask_token_id(cfg) is not None,
                      "num_layers": cfg.get("num_hidden_layers"),
                      "trained_depth": cfg.get("peagle_trained_depth"),
                      "size_bytes": sum(f.stat().st_size for f in path.iterdir())})
     return rows
-
-
-def find(name: str) -> Path:
-    """Folder of a shipped drafter by name, or a clear error listing the ones that exist."""
-    table = shipped()
-    if name not in table:
-        have = ", ".join(table) or "none yet"
-        raise FileNotFoundError(f"no shipped drafter named {name!r} (shipped: {have}); pass a checkpoint folder instead")
-    return table[name]
 
 
 def drafter_for(target, method: str, seed: int = 0):

@@ -49,14 +49,19 @@ def draft_sequential(drafter: Eagle3Drafter, cache: DrafterCache, ctx_tokens: to
     return Draft(torch.cat(tokens), None if temperature <= 0 else torch.cat(probs))
 
 
+def require_parallel(drafter: Eagle3Drafter) -> None:
+    """Refuse, naming the fix, a drafter that cannot draft in parallel (no P-EAGLE mask_hidden)."""
+    if drafter.mask_hidden is None:
+        raise ValueError("parallel drafting needs a P-EAGLE drafter (mask token + mask_hidden); "
+                         "this one is sequential-only: use method 'eagle' or a P-EAGLE checkpoint")
+
+
 @torch.inference_mode()
 def draft_parallel(drafter: Eagle3Drafter, cache: DrafterCache, ctx_tokens: torch.Tensor,
                    ctx_aux: torch.Tensor, k: int, temperature: float = 0.0,
                    generator: torch.Generator | None = None) -> Draft:
     """P-EAGLE: one pass over [context slots, K-1 mask slots]; the last K outputs are the drafts."""
-    if drafter.mask_hidden is None:
-        raise ValueError("parallel drafting needs a P-EAGLE drafter (mask token + mask_hidden); "
-                         "this one is sequential-only: use method 'eagle' or a P-EAGLE checkpoint")
+    require_parallel(drafter)
     T = ctx_tokens.shape[0]
     mask_ids = torch.full((k - 1,), drafter.cfg.mask_token_id, dtype=ctx_tokens.dtype, device=ctx_tokens.device)
     ids = torch.cat([ctx_tokens, mask_ids])[None]                           # (1, T+K-1)

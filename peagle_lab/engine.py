@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .drafter import Eagle3Drafter, check_compatible
+from .compat import check_compatible
+from .drafter import Eagle3Drafter
 from .drafting import DRAFTERS
 from .sampling import choose, probs_from_logits
 from .stats import AcceptanceStats

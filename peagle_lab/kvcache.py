@@ -1,8 +1,8 @@
 """The one place that touches transformers' KV-cache API.
 
-transformers 5.x reshaped its cache classes several times (``DynamicCache`` gained a ``config``
-argument and per-layer objects; older releases kept ``key_cache`` / ``value_cache`` lists). The
-engine needs only three things from a cache, so they live here and nowhere else:
+transformers' cache classes keep changing shape (``DynamicCache`` takes the model's ``config`` and
+holds one object per layer, with ``keys`` / ``values`` tensors, since the 5.0 this package requires).
+The engine needs only three things from a cache, so they live here and nowhere else:
 
 * :func:`new_cache` -- an empty cache for a model;
 * :func:`cache_length` -- how many positions it holds;
@@ -17,17 +17,13 @@ every layer's ``(B, heads, T, head_dim)`` keys and values:
 """
 from __future__ import annotations
 
-import inspect
-
 import torch
 from transformers import DynamicCache
 
 
 def new_cache(model: torch.nn.Module) -> DynamicCache:
-    """An empty dynamic cache for ``model`` (passing its config where this transformers takes it)."""
-    if "config" in inspect.signature(DynamicCache.__init__).parameters:
-        return DynamicCache(config=model.config)
-    return DynamicCache()
+    """An empty dynamic cache for ``model``."""
+    return DynamicCache(config=model.config)
 
 
 def cache_length(cache: DynamicCache) -> int:
@@ -42,31 +38,20 @@ def crop(cache: DynamicCache, length: int) -> None:
         raise ValueError(f"cannot crop a cache of {current} positions to {length}")
     if length == current:
         return
-    if hasattr(cache, "crop") and getattr(cache, "is_croppable", True):
-        # A negative argument means "drop that many positions" in every 4.x/5.x release; a
-        # positive one (keep that many) is deprecated from 5.18.
-        cache.crop(length - current)
-        return
-    # Older layout: parallel lists of (B, heads, T, head_dim) tensors.
-    for i in range(len(cache.key_cache)):
-        cache.key_cache[i] = cache.key_cache[i][..., :length, :]
-        cache.value_cache[i] = cache.value_cache[i][..., :length, :]
-    cache._seen_tokens = length
+    if not getattr(cache, "is_croppable", True):
+        raise ValueError(f"this {type(cache).__name__} cannot be cropped; speculative decoding needs a DynamicCache")
+    # A negative argument means "drop that many positions" in every 5.x release; a positive one
+    # (keep that many) is deprecated from 5.18.
+    cache.crop(length - current)
 
 
 def _layers(cache: DynamicCache):
-    """Yield ``(get, set)`` access to every layer's (keys, values), whatever the cache layout."""
-    if hasattr(cache, "layers"):                                       # transformers >= 4.56
-        for layer in cache.layers:
-            if getattr(layer, "keys", None) is not None and layer.keys.numel():
-                def put(k, v, layer=layer):
-                    layer.keys, layer.values = k, v
-                yield (layer.keys, layer.values), put
-        return
-    for i in range(len(cache.key_cache)):                              # older parallel lists
-        def put(k, v, i=i):
-            cache.key_cache[i], cache.value_cache[i] = k, v
-        yield (cache.key_cache[i], cache.value_cache[i]), put
+    """Yield ``(get, set)`` access to every filled layer's (keys, values)."""
+    for layer in cache.layers:
+        if getattr(layer, "keys", None) is not None and layer.keys.numel():
+            def put(k, v, layer=layer):
+                layer.keys, layer.values = k, v
+            yield (layer.keys, layer.values), put
 
 
 def rewrite_tail(cache: DynamicCache, start: int, index: torch.Tensor) -> None:
@@ -83,8 +68,6 @@ def rewrite_tail(cache: DynamicCache, start: int, index: torch.Tensor) -> None:
             raise ValueError(f"cannot grow a cache of {k.shape[2]} positions to {start + n} by rewriting")
         k[:, :, start:], v[:, :, start:] = k_tail, v_tail
         put(k, v)
-    if hasattr(cache, "_seen_tokens"):
-        cache._seen_tokens = start + n
 
 
 def select_rows(cache: DynamicCache, rows: torch.Tensor) -> None:

@@ -21,13 +21,13 @@ import hashlib
 import json
 import os
 import shutil
-import tempfile
 from pathlib import Path
 
 import torch
 from safetensors.torch import load_file, save_file
 
-from .assets import _locked, cache_dir, publishable
+from .assets import _locked, cache_dir
+from .atomic import atomic_dir
 
 FINGERPRINT_KEY = "peagle_target_embedding_sha256"
 
@@ -110,15 +110,9 @@ def _write(src: Path, dest: Path, config: dict, embedding: torch.Tensor) -> None
     table[mask_id] = row.to(table.dtype)                                   # exact: bf16 -> fp32 loses nothing
     tensors["embed_tokens.weight"] = table.contiguous()
     dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=dest.name + ".tmp-", dir=dest.parent))
-    try:
+    with atomic_dir(dest) as tmp:
         save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
         (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
         for extra in src.iterdir():                                          # training.json and the like
             if extra.is_file() and extra.name != "config.json" and extra.suffix != ".safetensors":
                 shutil.copy2(extra, tmp / extra.name)
-        publishable(tmp)
-        os.rename(tmp, dest)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise

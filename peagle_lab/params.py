@@ -9,6 +9,7 @@ value can be overridden by name::
     >>> p = notebook_params(dict(num_prompts=20, k=5), smoke=dict(num_prompts=1))
     >>> p["num_prompts"], p["k"]
     (2, 5)
+    >>> del os.environ["PEAGLE_NUM_PROMPTS"]
 
 Precedence, lowest to highest: ``defaults`` -> ``smoke`` (only when ``PEAGLE_SMOKE=1``) ->
 ``PEAGLE_<NAME>`` environment variables. Values from the environment are parsed to the type of

@@ -6,7 +6,8 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from helpers import random_drafter, tiny_target
-from peagle_lab.drafter import IncompatibleDrafter, check_compatible, load_drafter, save_drafter
+from peagle_lab.compat import IncompatibleDrafter, check_compatible
+from peagle_lab.drafter import load_drafter, save_drafter
 from peagle_lab.engine import generate
 
 VLLM_LAYER_KEYS = {"self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",

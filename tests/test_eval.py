@@ -5,12 +5,13 @@ import json
 import pytest
 
 from peagle_lab.cli import main
-from peagle_lab.drafter import IncompatibleDrafter, load_drafter
+from peagle_lab.compat import IncompatibleDrafter
+from peagle_lab.drafter import load_drafter
 from peagle_lab.drafters_registry import shipped
 from peagle_lab.engine import generate
 from peagle_lab.prompts import PromptFileError, load_categories, load_prompts
 from peagle_lab.stats import AcceptanceStats
-from peagle_lab.train.replay import al_by_category, evaluate_drafters, greedy_replies
+from peagle_lab.evaluate import al_by_category, evaluate_drafters, greedy_replies
 
 K, NEW = 3, 24
 

@@ -14,8 +14,8 @@ from peagle_lab.drafters_registry import shipped
 from peagle_lab.engine import generate
 from peagle_lab.train.cod import Elements
 from peagle_lab.train.data import Sample
-from peagle_lab.train.loss import _forward_parallel, _forward_sequential
-from peagle_lab.train.trainer import target_batch
+from peagle_lab.train.features import target_batch
+from peagle_lab.train.loss import element_outputs
 
 K = 5
 
@@ -34,7 +34,7 @@ def test_training_logits_equal_engine_logits(target, mtbench_ids, method):
         anchors = torch.cat([torch.arange(n - 1), torch.full((len(depths) - 1,), a)])
         el = Elements(anchors, torch.cat([torch.zeros(n - 1, dtype=torch.long), torch.arange(1, len(depths))]))
         with torch.no_grad():
-            train_logits = (_forward_parallel if method == "peagle" else _forward_sequential)(drafter, el, data, "dense")
+            train_logits = element_outputs(drafter, el, data, method, "dense")
         want = torch.cat([train_logits[a: a + 1], train_logits[n - 1:]])  # (a, 0), then (a, 1..K-1)
 
         # the engine's way: KV-cached target features, drafter context slots 0..a, then K-1 mask slots
@@ -56,7 +56,7 @@ def test_training_logits_equal_engine_logits(target, mtbench_ids, method):
 @pytest.mark.parametrize("method", ["peagle", "eagle"])
 def test_replay_gives_the_engines_steps(target, mtbench_ids, method):
     """Replaying the greedy reply through the training graph predicts every step of the engine."""
-    from peagle_lab.train.replay import replay_acceptance
+    from peagle_lab.evaluate import replay_acceptance
 
     drafter = load_drafter(shipped()[f"{method}-smollm2"], target)
     budget, k = 40, 4
@@ -82,7 +82,7 @@ def test_replay_gives_the_engines_steps(target, mtbench_ids, method):
 
 
 def test_replay_refuses_a_short_reply(target, mtbench_ids):
-    from peagle_lab.train.replay import replay_acceptance
+    from peagle_lab.evaluate import replay_acceptance
 
     drafter = load_drafter(shipped()["peagle-smollm2"], target)
     with pytest.raises(ValueError, match="K\\+1 tokens more"):

@@ -170,7 +170,8 @@ def test_sample_order_grouped_by_length_is_a_seeded_permutation_of_similar_batch
 
 def test_target_batch_bf16_flag_changes_nothing_off_cuda():
     """The bf16 target pass is a CUDA-only speed-up: on a CPU the features and logits are the fp32 ones."""
-    from peagle_lab.train.trainer import sdpa_backends, target_batch
+    from peagle_lab.train.features import target_batch
+    from peagle_lab.train.trainer import sdpa_backends
 
     tgt = tiny_target(vocab=50, seed=0)
     samples, ids = _samples(4), torch.arange(40)
@@ -188,12 +189,12 @@ def test_validation_al_at_checkpoints_equals_the_engines(tmp_path, method):
     """The AL the trainer logs at a checkpoint (replayed) is the engine's AL for the drafter of that step."""
     from peagle_lab.engine import generate
     from peagle_lab.stats import AcceptanceStats
-    from peagle_lab.train.trainer import validation_replies
+    from peagle_lab.evaluate import greedy_replies
 
     t = _trainer(tmp_path, method, steps=12)
     t.cfg.checkpoint_every, t.cfg.val_k, budget = 6, 3, 12
     prompts = [s.ids[:5].tolist() for s in _samples()[:3]]
-    t.val_replies = validation_replies(t.target, prompts, budget, t.cfg.val_k)
+    t.val_replies = list(zip(prompts, greedy_replies(t.target, prompts, k=t.cfg.val_k, max_new_tokens=budget)))
     hist = t.run(progress=False)
     vals = [(r["step"], r["val_al"]) for r in hist if "val_al" in r]
     assert [s for s, _ in vals] == [6, 12]

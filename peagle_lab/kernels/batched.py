@@ -39,18 +39,28 @@ def request_attention_mask(query_start_loc: torch.Tensor, k: int, is_rejected: t
     return mask | torch.eye(req.numel(), dtype=torch.bool, device=lens.device)  # padding rows see themselves
 
 
+def drafter_inputs(drafter: Eagle3Drafter, target_token_ids, target_positions, target_aux, next_token_ids,
+                   query_start_loc, query_end_loc, slots: int, padding_token_id: int = 0, backend: str = "auto"):
+    """Steps 1-3: the kernel's layout with ``slots`` drafting slots per request (K for P-EAGLE: the bonus
+    slot + K-1 mask slots; 1 for EAGLE-3's context pass) and the drafter's hidden input ``(T_out, H)``."""
+    out = copy_and_expand_eagle_inputs(target_token_ids=target_token_ids, target_positions=target_positions,
+                                       next_token_ids=next_token_ids, query_start_loc=query_start_loc,
+                                       query_end_loc=query_end_loc, padding_token_id=padding_token_id,
+                                       parallel_drafting_token_id=drafter.cfg.mask_token_id if slots > 1 else 0,
+                                       num_padding_slots_per_request=slots, shift_input_ids=True, backend=backend)
+    n_out = out.input_ids.numel()
+    hidden = scatter_hidden_states(drafter.project(target_aux), out.hidden_state_mapping, n_out)   # (T_out, H)
+    if slots > 1:                                                           # mask slots exist only then
+        hidden = fill_mask_slots(hidden, out.is_masked_token_mask, drafter.projected_mask_hidden())
+    return out, hidden
+
+
 @torch.inference_mode()
 def draft_parallel_batched(drafter: Eagle3Drafter, target_token_ids, target_positions, target_aux, next_token_ids,
                            query_start_loc, query_end_loc, k: int, padding_token_id: int = 0, backend: str = "auto"):
     """K greedy drafts per request for a ragged batch of prefills -> ``(num_reqs, K)`` target ids."""
-    out = copy_and_expand_eagle_inputs(target_token_ids=target_token_ids, target_positions=target_positions,
-                                       next_token_ids=next_token_ids, query_start_loc=query_start_loc,
-                                       query_end_loc=query_end_loc, padding_token_id=padding_token_id,
-                                       parallel_drafting_token_id=drafter.cfg.mask_token_id,
-                                       num_padding_slots_per_request=k, shift_input_ids=True, backend=backend)
-    n_out = out.input_ids.numel()
-    hidden = scatter_hidden_states(drafter.project(target_aux), out.hidden_state_mapping, n_out)   # (T_out, H)
-    hidden = fill_mask_slots(hidden, out.is_masked_token_mask, drafter.projected_mask_hidden())
+    out, hidden = drafter_inputs(drafter, target_token_ids, target_positions, target_aux, next_token_ids,
+                                 query_start_loc, query_end_loc, k, padding_token_id, backend)
     mask = request_attention_mask(query_start_loc, k, out.is_rejected_token_mask)
     _, logits = drafter(out.input_ids.long()[None], hidden[None], None, positions=out.positions[None], attn_mask=mask)
     picked = logits[0, out.new_token_indices.long()].argmax(-1)              # (B*K,)

@@ -20,6 +20,7 @@ import urllib.request
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from ..compat import MASK_TOKEN_KEYS, depth_problem, fit_problems, read_mask_token_id
 from . import metrics as _metrics
 from ..materialise import materialise_for_vllm
 
@@ -58,21 +59,16 @@ def check_drafter_config(drafter: str, target: str, method: str, k: int) -> None
     t = json.loads((Path(target) / "config.json").read_text())
     layer = d.get("transformer_layer_config") or d          # speculators format nests the llama config
     t = t.get("text_config") or t                           # multimodal targets nest theirs
-    problems = []
-    hidden = d.get("target_hidden_size") or layer.get("hidden_size")
-    if hidden and "hidden_size" in t and int(hidden) != int(t["hidden_size"]):
-        problems.append(f"drafter expects target hidden size {hidden}, target has {t['hidden_size']}")
-    vocab = d.get("vocab_size") or layer.get("vocab_size")
-    if vocab and "vocab_size" in t and int(vocab) != int(t["vocab_size"]):
-        problems.append(f"drafter vocab {vocab} != target vocab {t['vocab_size']}")
     taps = d.get("eagle_aux_hidden_state_layer_ids") or (d.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
-    if taps and max(taps) >= int(t["num_hidden_layers"]):
-        problems.append(f"drafter taps layers {taps} but the target has {t['num_hidden_layers']}")
-    if method == "peagle" and not any(key in d for key in ("ptd_token_id", "pard_token", "mask_token_id")):
-        problems.append("parallel drafting needs a mask token id (ptd_token_id) in the drafter config")
-    depth = d.get("peagle_trained_depth")
-    if method == "peagle" and depth is not None and k > int(depth):
-        problems.append(f"K={k} exceeds the depth this P-EAGLE drafter was trained for ({depth})")
+    problems = fit_problems(expects_hidden=d.get("target_hidden_size") or layer.get("hidden_size"),
+                            vocab=d.get("vocab_size") or layer.get("vocab_size"), taps=taps or None,
+                            target_hidden=t.get("hidden_size"), target_vocab=t.get("vocab_size"),
+                            target_layers=t["num_hidden_layers"] if taps else None)    # vLLM taps what the drafter asks
+    if method == "peagle" and read_mask_token_id(d) is None:
+        problems.append(f"parallel drafting needs a mask token id ({MASK_TOKEN_KEYS[0]}) in the drafter config")
+    too_deep = depth_problem(k, d.get("peagle_trained_depth")) if method == "peagle" else None
+    if too_deep:
+        problems.append(too_deep)
     if problems:
         raise ValueError(f"{drafter} cannot serve {target}: " + "; ".join(problems))
 

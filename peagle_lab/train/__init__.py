@@ -4,8 +4,10 @@
 * :mod:`.vocab`     -- the draft vocabulary (most frequent target tokens) as d2t / t2d;
 * :mod:`.cod`       -- COD sampling of (anchor, depth) elements, the P-EAGLE attention mask and
   the sequence-partitioning plan;
+* :mod:`.features`  -- the target's features and logits for a batch, computed online;
 * :mod:`.loss`      -- the drafter's loss on one sequence, single pass or partitioned;
-* :mod:`.trainer`   -- the loop: online target features, optimiser, checkpoint/resume, export;
-* :mod:`.replay`    -- greedy speculative decoding replayed over a known reply: the engine's
-  acceptance from one training-graph pass (validation AL during training).
+* :mod:`.trainer`   -- the loop: optimiser, checkpoint/resume, validation AL, export.
+
+Evaluation (greedy decoding replayed over known replies: the engine's acceptance from one
+training-graph pass) is :mod:`peagle_lab.evaluate`; the trainer's validation AL uses it.
 """

@@ -9,12 +9,13 @@ resumes where it stopped. Each shard is a ``.pt`` file holding a list of
 from __future__ import annotations
 
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from tqdm.auto import tqdm
+
+from ..atomic import atomic_file
 
 
 @dataclass
@@ -28,17 +29,6 @@ class Sample:
         mask = torch.zeros(self.ids.numel(), dtype=torch.bool)
         mask[self.prompt_len:] = True
         return mask
-
-
-def _atomic_save(obj, path: Path) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".tmp-", dir=path.parent)
-    os.close(fd)
-    try:
-        torch.save(obj, tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 @torch.inference_mode()
@@ -100,7 +90,8 @@ def regenerate(target, prompts: list[str], out_dir: str | os.PathLike, *, max_ne
                                                  seed + start + b)):
                 samples[i] = s
             bar.update(len(idx))
-        _atomic_save(samples, path)
+        with atomic_file(path) as tmp:
+            torch.save(samples, tmp)
     bar.close()
     return paths
 
@@ -125,8 +116,9 @@ def regenerate_conversations(target, conversations: list[list[str]], out_dir: st
         paths.append(path)
         chunk = conversations[start: start + shard_size]
         if not path.exists():
-            _atomic_save(_answer_turns(target, chunk, max_new_tokens, max_context_tokens, batch_size, temperature,
-                                       seed + start), path)
+            samples = _answer_turns(target, chunk, max_new_tokens, max_context_tokens, batch_size, temperature, seed + start)
+            with atomic_file(path) as tmp:
+                torch.save(samples, tmp)
         bar.update(len(chunk))
     bar.close()
     return paths

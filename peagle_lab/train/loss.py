@@ -107,6 +107,21 @@ def _forward_sequential(drafter: Eagle3Drafter, el: Elements, data: SeqData, att
     return logits
 
 
+def element_outputs(drafter: Eagle3Drafter, el: Elements, data: SeqData, method: str, attention: str = "dense",
+                    logits: bool = True) -> torch.Tensor:
+    """The drafter's outputs for the elements ``el``, as training computes them: logits ``(E, Vd)``, or
+    with ``logits=False`` the final-normed states ``(E, H)``.
+
+    ``method="peagle"``: every element in one pass under the P-EAGLE mask; ``"eagle"``: EAGLE-3's
+    training-time test, depth by depth. Evaluation reads the same logits (:mod:`peagle_lab.evaluate`).
+    """
+    if method == "peagle":
+        return _forward_parallel(drafter, el, data, attention, logits=logits)
+    if method == "eagle":
+        return _forward_sequential(drafter, el, data, attention, logits=logits)
+    raise ValueError(f"unknown training method {method!r}; use 'peagle' or 'eagle'")
+
+
 OBJECTIVES = ("kl", "argmax-ce")
 
 
@@ -116,12 +131,7 @@ def element_losses(drafter: Eagle3Drafter, el: Elements, data: SeqData, method: 
 
     ``attention``: "dense" builds the (E, E) mask; "flex" a flex-attention BlockMask (CUDA for
     training); "auto" picks flex on CUDA. All give the same loss."""
-    if method == "peagle":
-        normed = _forward_parallel(drafter, el, data, attention, logits=False)
-    elif method == "eagle":
-        normed = _forward_sequential(drafter, el, data, attention, logits=False)
-    else:
-        raise ValueError(f"unknown training method {method!r}; use 'peagle' or 'eagle'")
+    normed = element_outputs(drafter, el, data, method, attention, logits=False)
     return _loss_from_normed(drafter, normed, el, data, max_depth, counted, objective)
 
 

@@ -13,7 +13,6 @@ import contextlib
 import json
 import math
 import os
-import tempfile
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -22,10 +21,13 @@ import torch
 import torch.distributed as dist
 from tqdm.auto import tqdm
 
+from ..atomic import atomic_file
 from ..drafter import DrafterConfig, Eagle3Drafter, init_drafter, save_drafter, vllm_config_dict
+from ..evaluate import replay_prompts
 from ..materialise import FINGERPRINT_KEY, embedding_fingerprint
 from .cod import Elements, cod_sample
 from .data import Sample
+from .features import target_batch
 from .loss import OBJECTIVES, LossParts, SeqData, packed_loss, padded_loss, sequence_loss, supervised_mask
 
 RESUME_MAY_CHANGE = ("steps", "checkpoint_every", "num_segments", "layout", "attention", "val_k")
@@ -128,31 +130,6 @@ def cod_for_conversations(data: SeqData, cfg: "TrainConfig", step: int, global_i
     return out
 
 
-@torch.no_grad()
-def target_batch(target, samples: list[Sample], draft_ids: torch.Tensor, max_len: int, bf16: bool = False) -> SeqData:
-    """Run the target over ``samples`` and pack them into one sequence (doc ids in ``.doc``).
-
-    ``bf16``: the target's pass under bf16 autocast (CUDA only); logits and features come back in float32."""
-    rows = [s.ids[:max_len] for s in samples]
-    width = max(r.numel() for r in rows)
-    ids = torch.zeros(len(rows), width, dtype=torch.long)
-    attn = torch.zeros_like(ids)
-    for i, r in enumerate(rows):
-        ids[i, : r.numel()] = r
-        attn[i, : r.numel()] = 1
-    amp = bf16 and target.device.type == "cuda"
-    with torch.autocast("cuda", dtype=torch.bfloat16, enabled=amp):
-        hidden, aux = target.features(ids, attn)                            # (B, N, H), (B, N, 3H)
-        w = target.model.get_output_embeddings().weight[draft_ids.to(target.device)]  # (Vd, H)
-        logits = hidden @ w.T                                               # (B, N, Vd)
-    aux, logits = aux.float(), logits.float()
-    keep = attn.bool().to(target.device)
-    sup = torch.cat([s.supervised[:max_len] for s in samples])
-    doc = torch.cat([torch.full((r.numel(),), i, dtype=torch.long) for i, r in enumerate(rows)])
-    return SeqData(ids[attn.bool()].to(target.device), aux[keep], logits[keep], sup.to(target.device),
-                   doc.to(target.device))
-
-
 def with_feature_noise(data: SeqData, amplitude: float, seed: int) -> SeqData:
     """``data`` with uniform noise in ``[-amplitude, amplitude]`` added to the target's features (training only:
     the drafter learns not to lean on exact feature values, which differ a little at inference -- another
@@ -160,12 +137,6 @@ def with_feature_noise(data: SeqData, amplitude: float, seed: int) -> SeqData:
     g = torch.Generator(device=data.aux.device).manual_seed(seed)
     noise = torch.rand(data.aux.shape, generator=g, device=data.aux.device, dtype=data.aux.dtype)  # (N, 3H)
     return replace(data, aux=data.aux + (2 * noise - 1) * amplitude)
-
-
-def validation_replies(target, prompts: list[list[int]], max_new_tokens: int, k: int) -> list[tuple[list[int], list[int]]]:
-    """Greedy replies to ``prompts`` (token ids) for the validation AL: ``max_new_tokens`` plus ``k + 1`` to check
-    the last step's drafts, generated past EOS (the replay stops at EOS as the engine does)."""
-    return [(list(ids), target.generate(list(ids), max_new_tokens + k + 1, stop_at_eos=False).tokens) for ids in prompts]
 
 
 def sample_order(samples: list[Sample], cfg: TrainConfig) -> list[int]:
@@ -234,7 +205,7 @@ class Trainer:
         self.step = 0
         self.history: list[dict] = []
         self.order = sample_order(samples, cfg)
-        # (prompt ids, greedy reply with val_k + 1 tokens to spare): see validation_replies()
+        # (prompt ids, greedy reply with val_k + 1 tokens to spare): see peagle_lab.evaluate.greedy_replies
         self.val_replies = val_replies or []
 
     # ----------------------------------------------------------------------------- one step
@@ -300,17 +271,13 @@ class Trainer:
         """The engine's greedy AL at ``val_k`` on the validation replies, by replay (one pass per reply)."""
         if not self.val_replies:
             return None
-        from .replay import replay_acceptance
-
         k = min(self.cfg.val_k, self.cfg.max_depth) if self.cfg.method == "peagle" else self.cfg.val_k
+        prompts, replies = zip(*self.val_replies)
+        budget = len(replies[0]) - self.cfg.val_k - 1       # greedy_replies gives every reply the same length
         self.drafter.eval()
-        total = None
         try:
-            for prompt, reply in self.val_replies:
-                rep = replay_acceptance(self.target, self.drafter, prompt, reply, method=self.cfg.method, k=k,
-                                        max_new_tokens=len(reply) - self.cfg.val_k - 1,
-                                        eos=tuple(self.target.eos_token_ids))
-                total = rep if total is None else total.merge(rep)
+            total, _ = replay_prompts(self.target, self.drafter, list(prompts), list(replies), method=self.cfg.method,
+                                      k=k, max_new_tokens=budget)
         finally:
             self.drafter.train()
         return total.stats.acceptance_length
@@ -328,14 +295,8 @@ class Trainer:
         state = {"drafter": self.drafter.state_dict(), "opt": self.opt.state_dict(), "sched": self.sched.state_dict(),
                  "step": self.step, "history": self.history, "config": asdict(self.cfg),
                  "draft_ids": self.draft_ids, "drafter_config": asdict(self.drafter.cfg)}
-        fd, tmp = tempfile.mkstemp(prefix="checkpoint.tmp-", dir=self.out_dir)
-        os.close(fd)
-        try:
+        with atomic_file(self.checkpoint_path) as tmp:     # a kill mid-save keeps the previous checkpoint
             torch.save(state, tmp)
-            os.replace(tmp, self.checkpoint_path)       # a kill mid-save keeps the previous checkpoint
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
         if world > 1:
             dist.barrier()
 
