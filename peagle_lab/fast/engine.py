@@ -22,7 +22,8 @@ import weakref
 
 import torch
 
-from ..drafter import Eagle3Drafter, check_compatible
+from ..compat import check_compatible
+from ..drafter import Eagle3Drafter
 from ..engine import METHODS, SpecResult, Step, StepTimes, _finish, generate
 from ..stats import AcceptanceStats
 from ..target import Target
