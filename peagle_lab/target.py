@@ -13,7 +13,7 @@ their inputs, concatenated into one ``(B, T, 3H)`` tensor.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -40,6 +40,7 @@ class Generation:
     tokens: list[int]
     prompt_len: int
     seconds: float
+    stats: dict = field(default_factory=dict)   # how it was made (the fast engine: engine, graphs, graph_note)
 
 
 class Target:
