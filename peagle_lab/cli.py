@@ -215,6 +215,14 @@ def cmd_export_speculators(args) -> int:
     return 0
 
 
+def cmd_materialise(args) -> int:
+    from .assets import resolve_target
+    from .materialise import materialise_for_vllm
+
+    print(materialise_for_vllm(args.drafter, resolve_target(args.target)))
+    return 0
+
+
 def cmd_check(args) -> int:
     from .check import check_drafter
     from .target import Target
@@ -461,6 +469,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--k", type=int, default=None)
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_check)
+
+    s = sub.add_parser("materialise", help="print the folder vLLM loads for a drafter (one storing a learned mask row "
+                                           "is written once into the cache as the target's embedding with that row)")
+    s.add_argument("drafter")
+    s.add_argument("--target", default=None, help="the target's HF folder (default: the embedded SmolLM2, converted)")
+    s.set_defaults(fn=cmd_materialise)
 
     s = sub.add_parser("eval", help="acceptance of drafters on a prompt set at T=0, replayed offline (the engine's numbers, faster)")
     s.add_argument("drafters", nargs="+", help="drafter folders, shipped names (peagle-smollm2, eagle-smollm2) or NAME=FOLDER")

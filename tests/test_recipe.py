@@ -152,3 +152,18 @@ def test_ablation_table_schema_and_sources():
         levers.setdefault(r["lever"], []).append(r["arm"])
     assert all(len(arms) >= 2 for arms in levers.values())              # a lever compares at least two arms
     assert all(not r["measured"] and r["why"] for r in table["not_measured"])
+
+
+def test_materialise_command_prints_the_folder_vllm_loads(target, tmp_path, capsys):
+    from pathlib import Path
+
+    from peagle_lab.cli import main
+    from test_serving import learned_row_drafter
+
+    stored = learned_row_drafter(target, tmp_path / "stored")
+    assert main(["materialise", str(stored)]) == 0
+    out = Path(capsys.readouterr().out.strip().splitlines()[-1])
+    emb = load_file(str(out / "model.safetensors"))["embed_tokens.weight"]
+    row = load_file(str(stored / "model.safetensors"))["mask_embedding"][0]
+    assert out != stored and torch.equal(emb[16], row.to(emb.dtype))
+    assert torch.equal(emb[17], target.model.get_input_embeddings().weight[17].detach().cpu())
