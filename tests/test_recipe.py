@@ -131,6 +131,15 @@ def test_multi_turn_regeneration_answers_every_turn_with_its_own_replies(target,
     reply = first.ids[first.prompt_len:].tolist()
     assert second.ids[: second.prompt_len].tolist() == target.chat_history_ids(convs[0], [reply])
     assert by_len[0].prompt_len == min(len(target.chat_ids(c[0])) for c in convs)
+    # an interrupted run loses only the turn it was on: without turn 1 on disk, a rerun makes it again from
+    # turn 0's saved replies (greedy: the same tokens) and leaves turn 0 alone
+    t0, t1 = tmp_path / "shard-00000-t0.pt", tmp_path / "shard-00000-t1.pt"
+    before, stamp = torch.load(t1, weights_only=True), t0.stat().st_mtime_ns
+    t1.unlink()
+    regenerate_conversations(target, convs, tmp_path, max_new_tokens=6, batch_size=4, progress=False)
+    after = torch.load(t1, weights_only=True)
+    assert [s["ids"].tolist() for s in after] == [s["ids"].tolist() for s in before]
+    assert t0.stat().st_mtime_ns == stamp
 
 
 def test_ablation_table_schema_and_sources():

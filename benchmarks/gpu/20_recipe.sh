@@ -10,7 +10,7 @@
 # then sleeps out the call.
 # First use (2026-12-01, results/device_recipe_2026-12-01g.json) failed in two ways, both fixed here: shards of 128
 # conversations regenerated turn by turn made generate calls of <= 128 sequences (1.2 conversations/s, 1,369 samples
-# in 300 s; shards of 2,048 batch each turn 512 wide), and the mixed folder's links were not named shard-*.pt, so
+# in 300 s; shards of 1,024 batch each turn 512 wide, and each turn is saved when done), and the mixed folder's links were not named shard-*.pt, so
 # only the greedy-only arm found data. 11_collect.sh (next calls, within 30 s) brings the exports and logs back.
 #   ARMS="name|method|data|flags"  data: all (greedy + both sampled) or greedy.
 set -uxo pipefail
@@ -32,7 +32,7 @@ cat > /tmp/pk/chain.sh <<CHAIN
 set -x
 cd /tmp/pk/code
 export PEAGLE_GGUF=$PEAGLE_GGUF PEAGLE_CACHE=$PEAGLE_CACHE PYTHONUNBUFFERED=1
-R="python -m peagle_lab regenerate --prompts /tmp/pk/sharegpt_turns.jsonl --all-turns --num-prompts 4000 --max-prompt-tokens 640 --max-new-tokens 384 --batch-size 512 --shard-size ${SHARD:-2048} --device cuda"
+R="python -m peagle_lab regenerate --prompts /tmp/pk/sharegpt_turns.jsonl --all-turns --num-prompts 4000 --max-prompt-tokens 640 --max-new-tokens 384 --batch-size 512 --shard-size ${SHARD:-1024} --device cuda"
 timeout ${REGEN_SECONDS:-300} \$R --out /tmp/pk/data/greedy > /tmp/pk/regen-greedy.log 2>&1 &
 timeout ${REGEN_SECONDS:-300} \$R --out /tmp/pk/data/t07a --temperature 0.7 --seed 1 > /tmp/pk/regen-t07a.log 2>&1 &
 timeout ${REGEN_SECONDS:-300} \$R --out /tmp/pk/data/t07b --temperature 0.7 --seed 2 > /tmp/pk/regen-t07b.log 2>&1 &

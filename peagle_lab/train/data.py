@@ -105,30 +105,35 @@ def regenerate_conversations(target, conversations: list[list[str]], out_dir: st
     Turn ``t`` of a conversation is asked with the target's own replies to turns ``0..t-1`` in its
     context (the dataset's replies are never used), so later turns teach the drafter what the target
     says deep in a chat. Each answered turn is one sample (context = prompt, reply = supervised); a
-    conversation stops at the first turn whose context passes ``max_context_tokens``. Shards hold
-    ``shard_size`` conversations and resume like :func:`regenerate`."""
+    conversation stops at the first turn whose context passes ``max_context_tokens``.
+
+    The same turn of all ``shard_size`` conversations of a shard is generated together (wide batches)
+    and saved as ``shard-SSSSS-tT.pt`` as soon as it is done, so an interrupted run loses at most the
+    turn it was on: a rerun reads the earlier turns' replies back and goes on from there."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = []
     bar = tqdm(total=len(conversations), desc="regenerating conversations", disable=not progress)
     for s_idx, start in enumerate(range(0, len(conversations), shard_size)):
-        path = out / f"shard-{s_idx:05d}.pt"
-        paths.append(path)
         chunk = conversations[start: start + shard_size]
-        if not path.exists():
-            samples = _answer_turns(target, chunk, max_new_tokens, max_context_tokens, batch_size, temperature, seed + start)
-            with atomic_file(path) as tmp:
-                torch.save(samples, tmp)
+        paths += _answer_turns(target, chunk, out, f"shard-{s_idx:05d}", max_new_tokens, max_context_tokens,
+                               batch_size, temperature, seed + start)
         bar.update(len(chunk))
     bar.close()
     return paths
 
 
-def _answer_turns(target, chunk: list[list[str]], max_new_tokens: int, max_context_tokens: int, batch_size: int,
-                  temperature: float, seed: int) -> list[dict]:
+def _answer_turns(target, chunk: list[list[str]], out: Path, stem: str, max_new_tokens: int, max_context_tokens: int,
+                  batch_size: int, temperature: float, seed: int) -> list[Path]:
     replies: list[list[list[int]]] = [[] for _ in chunk]
-    samples = []
+    paths = []
     for turn in range(max(len(c) for c in chunk)):
+        path = out / f"{stem}-t{turn}.pt"
+        paths.append(path)
+        if path.exists():                                  # done before: take its replies back for the next turn
+            for s in torch.load(path, weights_only=True):
+                replies[int(s["conversation"])].append(s["ids"][int(s["prompt_len"]):].tolist())
+            continue
         asks = []                                          # (conversation, context ids) still going at this turn
         for i, conv in enumerate(chunk):
             if len(conv) > turn and len(replies[i]) == turn:
@@ -136,15 +141,21 @@ def _answer_turns(target, chunk: list[list[str]], max_new_tokens: int, max_conte
                        else target.chat_history_ids(conv[: turn + 1], replies[i]))
                 if len(ids) <= max_context_tokens:
                     asks.append((i, ids))
+        if not asks:
+            paths.pop()
+            break
         asks.sort(key=lambda a: len(a[1]))                  # similar lengths per batch: less padding
+        samples = []
         for b in range(0, len(asks), batch_size):
             part = asks[b: b + batch_size]
             made = _generate_batch(target, [ids for _, ids in part], max_new_tokens, temperature,
                                    seed * 31 + turn * 7919 + b)
             for (i, ids), sample in zip(part, made):
                 replies[i].append(sample["ids"][len(ids):].tolist())
-                samples.append(sample)
-    return samples
+                samples.append({**sample, "conversation": i})
+        with atomic_file(path) as tmp:
+            torch.save(samples, tmp)
+    return paths
 
 
 def load_samples(data_dir: str | os.PathLike) -> list[Sample]:
