@@ -129,11 +129,9 @@ def _pad(rows: list[list[int]]) -> torch.Tensor:
     return torch.tensor([r + [0] * (width - len(r)) for r in rows])      # (B, width)
 
 
-@torch.inference_mode()
-def generate_batch(target, prompts: list[list[int]], *, method: str = "peagle", drafter: Eagle3Drafter | None = None,
-                   k: int = 5, max_new_tokens: int | list[int] = 128, temperature: float = 0.0,
-                   stop_at_eos: bool = True) -> BatchResult:
-    """Greedy generation for a batch of prompts (token id lists) with ``method`` ar / eagle / peagle."""
+def _check(target, prompts: list[list[int]], method: str, drafter: Eagle3Drafter | None, k: int,
+           max_new_tokens: int | list[int], temperature: float):
+    """Refuse what the batched engine cannot run -> ``(budgets, pooled drafting function or None for "ar")``."""
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
     if temperature > 0:
@@ -145,91 +143,126 @@ def generate_batch(target, prompts: list[list[int]], *, method: str = "peagle", 
     budgets = [max_new_tokens] * B if isinstance(max_new_tokens, int) else list(max_new_tokens)
     if len(budgets) != B or min(budgets) < 1:
         raise ValueError(f"max_new_tokens must be an int >= 1 or one such int per prompt ({B}), got {max_new_tokens!r}")
-    spec = method != "ar"
-    if spec:
-        if drafter is None:
-            raise ValueError(f"method {method!r} needs a drafter (pass drafter=load_drafter(...))")
-        if k < 1:
-            raise ValueError("k (draft tokens per step) must be >= 1")
-        check_compatible(drafter, target, k if method == "peagle" else None)
-        if method == "peagle":
-            require_parallel(drafter)
-        draft_fn = POOLED_DRAFTERS[method]
-    eos = target.eos_token_ids if stop_at_eos else ()
-    stats = [AcceptanceStats(k) if spec else None for _ in range(B)]
-    steps: list[list[Step]] = [[] for _ in range(B)]
-    tokens: list[list[int]] = [[] for _ in range(B)]
-    finished_at = [0.0] * B
-    times, accepted_log = StepTimes(), []
+    if method == "ar":
+        return budgets, None
+    if drafter is None:
+        raise ValueError(f"method {method!r} needs a drafter (pass drafter=load_drafter(...))")
+    if k < 1:
+        raise ValueError("k (draft tokens per step) must be >= 1")
+    check_compatible(drafter, target, k if method == "peagle" else None)
+    if method == "peagle":
+        require_parallel(drafter)
+    return budgets, POOLED_DRAFTERS[method]
 
-    t0 = time.perf_counter()
-    rows = RaggedCache(target, B)
-    dev = next(drafter.parameters()).device if spec else None          # the drafter's side lives here
-    pool = DraftPool(drafter, dev) if spec else None
+
+@dataclass
+class _Requests:
+    """Each request's output so far (in input order) and which ones still run."""
+    budgets: list[int]
+    eos: tuple[int, ...]
+    k: int
+    spec: bool
+    t0: float = field(default_factory=time.perf_counter)
+    live: list[int] = field(default_factory=list)           # requests still running, in batch-row order
+
+    def __post_init__(self):
+        B = len(self.budgets)
+        self.tokens: list[list[int]] = [[] for _ in range(B)]
+        self.stats = [AcceptanceStats(self.k) if self.spec else None for _ in range(B)]
+        self.steps: list[list[Step]] = [[] for _ in range(B)]
+        self.finished_at = [0.0] * B
+
+    def extend(self, r: int, new: list[int]) -> bool:
+        """Append ``new`` to request ``r`` (cut at its budget / EOS); True when it is done."""
+        self.tokens[r], done = _finish(self.tokens[r] + new, self.budgets[r], self.eos)
+        if done:
+            self.finished_at[r] = time.perf_counter() - self.t0
+        return done
+
+    def accept(self, r: int, drafts: torch.Tensor, n: int, bonus: int) -> bool:
+        """Record one verified step of request ``r``: ``n`` drafts accepted, then ``bonus``."""
+        if self.spec:
+            self.stats[r].record(n)
+            self.steps[r].append(Step(drafts.tolist(), n, bonus))
+        return self.extend(r, drafts[:n].tolist() + [bonus])
+
+    def results(self, prompts: list[list[int]]) -> list[SpecResult]:
+        return [SpecResult(tokens=self.tokens[r], prompt_len=len(prompts[r]), seconds=self.finished_at[r],
+                           acceptance=self.stats[r], steps=self.steps[r]) for r in range(len(prompts))]
+
+
+def prefill(req: _Requests, rows: RaggedCache, prompts: list[list[int]], dev) -> tuple[torch.Tensor, Packed | None]:
+    """One target pass over the right-padded prompts: every request's first token; the drafter's first
+    context (each running request's prompt with its features) -> ``(bonus (R,), ctx)``."""
+    B = len(prompts)
     lens = torch.tensor([len(p) for p in prompts])
-    out = rows.forward(_pad(prompts), aux=spec)                                # logits (B, L, V)
+    out = rows.forward(_pad(prompts), aux=req.spec)                            # logits (B, L, V)
     rows.commit(lens)
     bonus = out.logits[torch.arange(B), lens - 1].argmax(-1).cpu()             # (B,)
-    live = []
-    for r in range(B):
-        tokens[r], done = _finish([int(bonus[r])], budgets[r], eos)
-        if done:
-            finished_at[r] = time.perf_counter() - t0
-        else:
-            live.append(r)
-    if spec and live:
+    live = req.live = [r for r in range(B) if not req.extend(r, [int(bonus[r])])]
+    ctx = None
+    if req.spec and live:
         qsl = torch.cat([torch.zeros(1, dtype=torch.long), lens[live].cumsum(0)]).to(torch.int32)
         ctx = _packed(dev, req=torch.tensor(live), token_ids=torch.cat([torch.tensor(prompts[r]) for r in live]),
                       positions=torch.cat([torch.arange(len(prompts[r])) for r in live]),
                       aux=torch.cat([out.aux[r, : len(prompts[r])] for r in live]),
                       query_start_loc=qsl, query_end_loc=qsl[1:] - 1, next_token_ids=bonus[live])
-    _drop(rows, pool, live, list(range(B)))
-    times.prefill = time.perf_counter() - t0
-    bonus = bonus[live]                                                        # (R,) for the rows still running
+    return bonus[live], ctx                                                    # (R,) for the rows still running
 
-    while live:
-        t1 = time.perf_counter()
-        drafts = draft_fn(drafter, pool, ctx, k).cpu() if spec else torch.zeros(len(live), 0, dtype=torch.long)  # (R, K)
-        t2 = time.perf_counter()
-        before = rows.lengths.clone()
-        verify_in = torch.cat([bonus[:, None], drafts], dim=1)                # (R, K+1)
-        out = rows.forward(verify_in, aux=spec)                               # logits (R, K+1, V)
-        logits = out.logits.cpu()                                             # (R, K+1, V)
-        decided = [verify_greedy(drafts[i], logits[i]) for i in range(len(live))]
-        n = torch.tensor([d[0] for d in decided])
-        bonus = torch.tensor([d[1] for d in decided])
-        rows.commit(1 + n)
-        t3 = time.perf_counter()
-        still, log = [], {}
-        for i, r in enumerate(live):
-            if spec:
-                stats[r].record(int(n[i]))
-                steps[r].append(Step(drafts[i].tolist(), int(n[i]), int(bonus[i])))
-                log[r] = int(n[i])
-            tokens[r], done = _finish(tokens[r] + drafts[i, : n[i]].tolist() + [int(bonus[i])], budgets[r], eos)
-            if done:
-                finished_at[r] = time.perf_counter() - t0
-            else:
-                still.append(i)
-        if spec:
-            accepted_log.append(log)
-            K1 = k + 1
-            keep = torch.tensor(still, dtype=torch.long)
-            qsl = (torch.arange(len(still) + 1) * K1).to(torch.int32)
-            ctx = _packed(dev, req=torch.tensor([live[i] for i in still], dtype=torch.long),
-                          token_ids=verify_in[keep].flatten(), positions=(before[keep][:, None] + torch.arange(K1)).flatten(),
-                          aux=out.aux[keep.to(out.aux.device)].reshape(-1, out.aux.shape[-1]),
-                          query_start_loc=qsl, query_end_loc=qsl[:-1] + n[keep], next_token_ids=bonus[keep])
-        _drop(rows, pool, [live[i] for i in still], live)
-        live, bonus = [live[i] for i in still], bonus[still]
-        times.draft += t2 - t1
-        times.verify += t3 - t2
-        times.bookkeeping += time.perf_counter() - t3
 
-    seconds = time.perf_counter() - t0
-    results = [SpecResult(tokens=tokens[r], prompt_len=len(prompts[r]), seconds=finished_at[r], acceptance=stats[r],
-                          steps=steps[r]) for r in range(B)]
-    return BatchResult(results=results, seconds=seconds, times=times, accepted=accepted_log)
+def step(req: _Requests, rows: RaggedCache, pool: DraftPool | None, drafter, draft_fn, ctx: Packed | None,
+         bonus: torch.Tensor, times: StepTimes, accepted_log: list[dict[int, int]]) -> tuple[torch.Tensor, Packed | None]:
+    """Draft, verify all running requests in one target pass, accept per row; finished requests leave."""
+    live, k = req.live, req.k
+    t1 = time.perf_counter()
+    drafts = draft_fn(drafter, pool, ctx, k).cpu() if req.spec else torch.zeros(len(live), 0, dtype=torch.long)  # (R, K)
+    t2 = time.perf_counter()
+    before = rows.lengths.clone()
+    verify_in = torch.cat([bonus[:, None], drafts], dim=1)                    # (R, K+1)
+    out = rows.forward(verify_in, aux=req.spec)                               # logits (R, K+1, V)
+    logits = out.logits.cpu()                                                 # (R, K+1, V)
+    decided = [verify_greedy(drafts[i], logits[i]) for i in range(len(live))]
+    n = torch.tensor([d[0] for d in decided])
+    bonus = torch.tensor([d[1] for d in decided])
+    rows.commit(1 + n)
+    t3 = time.perf_counter()
+    still = [i for i, r in enumerate(live) if not req.accept(r, drafts[i], int(n[i]), int(bonus[i]))]
+    if req.spec:
+        accepted_log.append({r: int(n[i]) for i, r in enumerate(live)})
+        K1 = k + 1
+        keep = torch.tensor(still, dtype=torch.long)
+        qsl = (torch.arange(len(still) + 1) * K1).to(torch.int32)
+        ctx = _packed(pool.device, req=torch.tensor([live[i] for i in still], dtype=torch.long),
+                      token_ids=verify_in[keep].flatten(), positions=(before[keep][:, None] + torch.arange(K1)).flatten(),
+                      aux=out.aux[keep.to(out.aux.device)].reshape(-1, out.aux.shape[-1]),
+                      query_start_loc=qsl, query_end_loc=qsl[:-1] + n[keep], next_token_ids=bonus[keep])
+    req.live = [live[i] for i in still]
+    _drop(rows, pool, req.live, live)
+    times.draft += t2 - t1
+    times.verify += t3 - t2
+    times.bookkeeping += time.perf_counter() - t3
+    return bonus[still], ctx
+
+
+@torch.inference_mode()
+def generate_batch(target, prompts: list[list[int]], *, method: str = "peagle", drafter: Eagle3Drafter | None = None,
+                   k: int = 5, max_new_tokens: int | list[int] = 128, temperature: float = 0.0,
+                   stop_at_eos: bool = True) -> BatchResult:
+    """Greedy generation for a batch of prompts (token id lists) with ``method`` ar / eagle / peagle."""
+    budgets, draft_fn = _check(target, prompts, method, drafter, k, max_new_tokens, temperature)
+    spec = draft_fn is not None
+    req = _Requests(budgets, target.eos_token_ids if stop_at_eos else (), k, spec)
+    times, accepted_log = StepTimes(), []
+    rows = RaggedCache(target, len(prompts))
+    dev = next(drafter.parameters()).device if spec else None          # the drafter's side lives here
+    pool = DraftPool(drafter, dev) if spec else None
+    bonus, ctx = prefill(req, rows, prompts, dev)
+    _drop(rows, pool, req.live, list(range(len(prompts))))
+    times.prefill = time.perf_counter() - req.t0
+    while req.live:
+        bonus, ctx = step(req, rows, pool, drafter, draft_fn, ctx, bonus, times, accepted_log)
+    return BatchResult(results=req.results(prompts), seconds=time.perf_counter() - req.t0, times=times,
+                       accepted=accepted_log)
 
 
 def _drop(rows: RaggedCache, pool: DraftPool | None, still: list[int], live: list[int]) -> None:

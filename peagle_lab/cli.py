@@ -5,6 +5,7 @@ import argparse
 import json
 import sys
 import time
+from dataclasses import replace
 
 
 def _ints(text: str) -> list[int]:
@@ -124,12 +125,28 @@ def cmd_regenerate(args) -> int:
     return 0
 
 
+# TrainConfig fields the train command sets from flags of another name (the rest share theirs).
+_TRAIN_FLAGS = {"num_segments": "segments"}
+
+
+def _train_config(args, **overrides):
+    """The TrainConfig the ``train`` flags ask for, with ``overrides`` (what --init-from decides) on top."""
+    from dataclasses import fields
+
+    from .train.config import TrainConfig
+
+    given = {f.name: getattr(args, _TRAIN_FLAGS.get(f.name, f.name)) for f in fields(TrainConfig)
+             if hasattr(args, _TRAIN_FLAGS.get(f.name, f.name))}
+    given["learn_mask_embedding"] = not args.frozen_mask_embedding
+    return TrainConfig(**{**given, **overrides})
+
+
 def cmd_train(args) -> int:
     import torch
 
     from .target import Target
     from .train.data import load_samples
-    from .train.trainer import TrainConfig, Trainer, finish_distributed, init_distributed, rank_and_world
+    from .train.trainer import Trainer, finish_distributed, init_distributed, rank_and_world
     from .train.vocab import build_draft_vocab, token_counts
 
     init_distributed()                                  # no-op unless launched by torchrun
@@ -146,6 +163,7 @@ def cmd_train(args) -> int:
     samples = load_samples(args.data)
     mark(f"{len(samples)} conversations loaded")
     init = None
+    shape = {}                                          # settings --init-from and --share-lm-head decide
     if args.init_from:                                   # fine-tune an exported drafter: its shape and vocabulary
         from .drafter import load_drafter
 
@@ -153,28 +171,21 @@ def cmd_train(args) -> int:
         if init.cfg.parallel_drafting != (args.method == "peagle"):
             raise SystemExit(f"--init-from {args.init_from} is {'a P-EAGLE' if init.cfg.parallel_drafting else 'an EAGLE-3'}"
                              f" drafter; pass --method {'peagle' if init.cfg.parallel_drafting else 'eagle'}")
-        args.num_layers, args.intermediate_size = init.cfg.num_layers, init.cfg.intermediate_size
-        args.draft_vocab_size, args.share_lm_head = init.cfg.draft_vocab_size, not init.cfg.has_lm_head
+        shape = dict(num_layers=init.cfg.num_layers, intermediate_size=init.cfg.intermediate_size,
+                     draft_vocab_size=init.cfg.draft_vocab_size, share_lm_head=not init.cfg.has_lm_head)
         if init.cfg.trained_depth:
-            args.max_depth = init.cfg.trained_depth
+            shape["max_depth"] = init.cfg.trained_depth
         mark(f"starting from {args.init_from} ({init.cfg.num_layers} layer(s), draft vocab {init.cfg.draft_vocab_size})")
-    if args.share_lm_head:
-        args.draft_vocab_size = target.vocab_size        # the target's own head scores every token
-    ids, coverage = build_draft_vocab(token_counts(samples, target.vocab_size), args.draft_vocab_size)
+    cfg = _train_config(args, **shape)
+    if cfg.share_lm_head:
+        cfg = replace(cfg, draft_vocab_size=target.vocab_size)  # the target's own head scores every token
+    ids, coverage = build_draft_vocab(token_counts(samples, target.vocab_size), cfg.draft_vocab_size)
     if init is not None:                                 # keep the drafter's own vocabulary (its lm_head rows)
         counts = token_counts(samples, target.vocab_size)
         ids = init.to_target_ids(torch.arange(init.cfg.draft_vocab_size, device=init.fc.weight.device)).cpu()
         coverage = float(counts[ids].sum()) / max(1, int(counts.sum()))
-    print(f"draft vocab {args.draft_vocab_size}: covers {coverage:.1%} of reply tokens in {len(samples)} conversations",
+    print(f"draft vocab {cfg.draft_vocab_size}: covers {coverage:.1%} of reply tokens in {len(samples)} conversations",
           file=sys.stderr)
-    cfg = TrainConfig(method=args.method, num_layers=args.num_layers, intermediate_size=args.intermediate_size,
-                      draft_vocab_size=args.draft_vocab_size, max_depth=args.max_depth, cod_ratio=args.cod_ratio,
-                      steps=args.steps, batch_size=args.batch_size, max_len=args.max_len, num_segments=args.segments,
-                      lr=args.lr, warmup_steps=args.warmup_steps, checkpoint_every=args.checkpoint_every, seed=args.seed,
-                      layout=args.layout, attention=args.attention, head_init=args.head_init,
-                      group_by_length=args.group_by_length, val_k=args.val_k, share_lm_head=args.share_lm_head,
-                      objective=args.objective, mask_token_id=args.mask_token_id,
-                      learn_mask_embedding=not args.frozen_mask_embedding, hidden_noise=args.hidden_noise)
     val = None
     if args.val_prompts and rank_and_world()[0] == 0:
         from .evaluate import greedy_replies
@@ -318,14 +329,23 @@ def cmd_eval(args) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="peagle-lab", description="Learn, train and serve P-EAGLE parallel speculative decoding.")
-    sub = p.add_subparsers(dest="command", required=True)
+def _add_prompt_args(s: argparse.ArgumentParser, num_prompts: int = 10, count=int, num_help: str | None = None) -> None:
+    """The prompt-set flags bench, vllm-bench and eval share: --prompts, --num-prompts, --spread, --max-new-tokens."""
+    s.add_argument("--prompts", default="mt-bench", help="mt-bench, humaneval, sharegpt or a .jsonl file")
+    s.add_argument("--num-prompts", type=count, default=num_prompts, help=num_help)
+    s.add_argument("--spread", action="store_true",
+                   help="take --num-prompts evenly spaced over the set instead of the first (MT-Bench is sorted by "
+                        "category; its first 10 are all writing)")
+    s.add_argument("--max-new-tokens", type=count, default=128)
 
+
+def add_info_parser(sub) -> None:
     s = sub.add_parser("info", help="versions, devices, target, datasets and shipped drafters")
     s.add_argument("--json", action="store_true", help="print only JSON on stdout")
     s.set_defaults(fn=cmd_info)
 
+
+def add_generate_parser(sub) -> None:
     s = sub.add_parser("generate", help="generate a reply to one prompt (ar, eagle or peagle)")
     s.add_argument("prompt")
     s.add_argument("--method", default="ar", choices=["ar", "eagle", "peagle"])
@@ -338,15 +358,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--target", default=None, help="HF model id or folder (default: embedded SmolLM2-135M-Instruct)")
     s.set_defaults(fn=cmd_generate)
 
+
+def add_bench_parser(sub) -> None:
     s = sub.add_parser("bench", help="tokens/s and acceptance of ar, hf, eagle, peagle on the same prompts")
     s.add_argument("--methods", type=_methods, default=["ar", "hf", "eagle", "peagle"], help="comma list of ar,hf,eagle,peagle")
     s.add_argument("--k", type=_ints, default=[3, 5, 7], help="draft lengths, e.g. 3,5,7")
-    s.add_argument("--prompts", default="mt-bench", help="mt-bench, humaneval, sharegpt or a .jsonl file")
-    s.add_argument("--num-prompts", type=int, default=10)
-    s.add_argument("--spread", action="store_true",
-                   help="take --num-prompts evenly spaced over the set instead of the first (MT-Bench is sorted by "
-                        "category; its first 10 are all writing)")
-    s.add_argument("--max-new-tokens", type=int, default=128)
+    _add_prompt_args(s)
     s.add_argument("--temperature", type=float, default=0.0)
     s.add_argument("--eagle-drafter", default=None)
     s.add_argument("--peagle-drafter", default=None)
@@ -364,16 +381,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", default=None, help="also write the result to this file")
     s.set_defaults(fn=cmd_bench)
 
+
+def add_vllm_bench_parser(sub) -> None:
     s = sub.add_parser("vllm-bench", help="tokens/s and acceptance of none, eagle, peagle in real vLLM, over K and concurrency")
     s.add_argument("--methods", type=_methods, default=["none", "eagle", "peagle"], help="comma list of none,eagle,peagle")
     s.add_argument("--k", type=_ints, default=[3, 5, 7], help="draft lengths, e.g. 3,5,7 (one server each)")
     s.add_argument("--concurrency", type=_ints, default=[1, 4], help="max requests in flight, e.g. 1,2,4,8")
-    s.add_argument("--prompts", default="mt-bench", help="mt-bench, humaneval, sharegpt or a .jsonl file")
-    s.add_argument("--num-prompts", type=int, default=10)
-    s.add_argument("--spread", action="store_true",
-                   help="take --num-prompts evenly spaced over the set instead of the first (MT-Bench is sorted by "
-                        "category; its first 10 are all writing)")
-    s.add_argument("--max-new-tokens", type=int, default=128)
+    _add_prompt_args(s)
     s.add_argument("--temperature", type=float, default=0.0)
     s.add_argument("--dtype", default="float32", help="vLLM --dtype (float32 on CPUs without native bf16)")
     s.add_argument("--eagle-drafter", default=None)
@@ -386,6 +400,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", default=None, help="also write the result to this file")
     s.set_defaults(fn=cmd_vllm_bench)
 
+
+def add_regenerate_parser(sub) -> None:
     s = sub.add_parser("regenerate", help="training data: replies regenerated by the target, in resumable shards")
     s.add_argument("--prompts", default="sharegpt", help="sharegpt (default), mt-bench, humaneval or a .jsonl file")
     s.add_argument("--num-prompts", type=int, default=2000)
@@ -406,30 +422,35 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--device", default="cpu")
     s.set_defaults(fn=cmd_regenerate)
 
+
+def add_train_parser(sub) -> None:
+    from .train.config import TrainConfig
+
+    D = TrainConfig()                                   # one set of defaults: the config's
     s = sub.add_parser("train", help="train an EAGLE-3 (eagle) or P-EAGLE (peagle) drafter; resumes from --out")
-    s.add_argument("--method", default="peagle", choices=["peagle", "eagle"])
+    s.add_argument("--method", default=D.method, choices=["peagle", "eagle"])
     s.add_argument("--data", required=True, help="folder written by `peagle-lab regenerate`")
     s.add_argument("--out", required=True, help="run folder (checkpoint.pt lives here)")
     s.add_argument("--export", default=None, help="drafter folder to write (default OUT/drafter)")
     s.add_argument("--export-dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
-    s.add_argument("--num-layers", type=int, default=2)
-    s.add_argument("--intermediate-size", type=int, default=None)
-    s.add_argument("--draft-vocab-size", type=int, default=4096)
-    s.add_argument("--max-depth", type=int, default=8, help="train depths 0..D-1 (valid for K <= D)")
-    s.add_argument("--cod-ratio", type=float, default=0.7)
-    s.add_argument("--steps", type=int, default=200)
-    s.add_argument("--batch-size", type=int, default=8, help="conversations per optimiser step")
-    s.add_argument("--max-len", type=int, default=768)
-    s.add_argument("--segments", type=int, default=1, help="sequence partitioning: segments per packed sequence")
-    s.add_argument("--lr", type=float, default=1e-3)
-    s.add_argument("--warmup-steps", type=int, default=20)
-    s.add_argument("--checkpoint-every", type=int, default=50)
+    s.add_argument("--num-layers", type=int, default=D.num_layers)
+    s.add_argument("--intermediate-size", type=int, default=D.intermediate_size)
+    s.add_argument("--draft-vocab-size", type=int, default=D.draft_vocab_size)
+    s.add_argument("--max-depth", type=int, default=D.max_depth, help="train depths 0..D-1 (valid for K <= D)")
+    s.add_argument("--cod-ratio", type=float, default=D.cod_ratio)
+    s.add_argument("--steps", type=int, default=D.steps)
+    s.add_argument("--batch-size", type=int, default=D.batch_size, help="conversations per optimiser step")
+    s.add_argument("--max-len", type=int, default=D.max_len)
+    s.add_argument("--segments", type=int, default=D.num_segments, help="sequence partitioning: segments per packed sequence")
+    s.add_argument("--lr", type=float, default=D.lr)
+    s.add_argument("--warmup-steps", type=int, default=D.warmup_steps)
+    s.add_argument("--checkpoint-every", type=int, default=D.checkpoint_every)
     s.add_argument("--max-minutes", type=float, default=None, help="shorten the run to fit this wall time")
-    s.add_argument("--layout", default="padded", choices=["packed", "per_conversation", "padded"],
+    s.add_argument("--layout", default=D.layout, choices=["packed", "per_conversation", "padded"],
                    help="how a batch's conversations run (same gradient): a padded batch, one row per conversation "
                         "(default; the shipped drafters' layout), one packed pass (with --attention flex on CUDA for "
                         "P-EAGLE), or one conversation at a time")
-    s.add_argument("--attention", default="auto", choices=["auto", "dense", "flex"],
+    s.add_argument("--attention", default=D.attention, choices=["auto", "dense", "flex"],
                    help="P-EAGLE mask as a dense tensor or a sparse flex-attention BlockMask (auto: flex on CUDA)")
     s.add_argument("--group-by-length", action="store_true",
                    help="batches of similar-length conversations (less padding on a GPU)")
@@ -440,29 +461,31 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--init-from", default=None,
                    help="start from an exported drafter folder (fine-tuning): its layers, width, vocabulary and depth "
                         "replace --num-layers, --intermediate-size, --draft-vocab-size and --max-depth")
-    s.add_argument("--objective", default="kl", choices=["kl", "argmax-ce"],
+    s.add_argument("--objective", default=D.objective, choices=["kl", "argmax-ce"],
                    help="kl: match the target's distribution (greedy and sampled acceptance); argmax-ce: its top "
                         "token only, what greedy (T=0) acceptance rewards")
-    s.add_argument("--mask-token-id", type=int, default=None,
+    s.add_argument("--mask-token-id", type=int, default=D.mask_token_id,
                    help="P-EAGLE's mask token (default: an id real text never produces; SmolLM2: 16, <empty_output>)")
     s.add_argument("--frozen-mask-embedding", action="store_true",
                    help="keep the mask token's embedding row frozen at the target's (default: learn it, as the paper does)")
-    s.add_argument("--hidden-noise", type=float, default=0.0,
+    s.add_argument("--hidden-noise", type=float, default=D.hidden_noise,
                    help="uniform noise in [-a, a] on the target's features while training (public trainers: 0.05)")
     s.add_argument("--val-prompts", type=int, default=0,
                    help="at each checkpoint, replay greedy decoding on this many prompts and log the validation AL "
                         "(equal to the engine's; one drafter pass per reply)")
     s.add_argument("--val-set", default="mt-bench", help="prompt set of the validation AL")
     s.add_argument("--val-tokens", type=int, default=128, help="new tokens per validation reply")
-    s.add_argument("--val-k", type=int, default=7, help="K of the validation AL")
-    s.add_argument("--head-init", default="random", choices=["random", "target"],
+    s.add_argument("--val-k", type=int, default=D.val_k, help="K of the validation AL")
+    s.add_argument("--head-init", default=D.head_init, choices=["random", "target"],
                    help="lm_head and the final norm at random (default) or from the target's rows of the draft vocab "
                         "(no gain after 60 CPU steps: benchmarks/results/head_init_ab_cpu.json)")
-    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--seed", type=int, default=D.seed)
     s.add_argument("--target", default=None)
     s.add_argument("--device", default="cpu")
     s.set_defaults(fn=cmd_train)
 
+
+def add_check_parser(sub) -> None:
     s = sub.add_parser("check", help="validate a drafter against a target and probe its acceptance")
     s.add_argument("drafter")
     s.add_argument("--target", default=None)
@@ -470,26 +493,27 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_check)
 
+
+def add_materialise_parser(sub) -> None:
     s = sub.add_parser("materialise", help="print the folder vLLM loads for a drafter (one storing a learned mask row "
                                            "is written once into the cache as the target's embedding with that row)")
     s.add_argument("drafter")
     s.add_argument("--target", default=None, help="the target's HF folder (default: the embedded SmolLM2, converted)")
     s.set_defaults(fn=cmd_materialise)
 
+
+def add_eval_parser(sub) -> None:
     s = sub.add_parser("eval", help="acceptance of drafters on a prompt set at T=0, replayed offline (the engine's numbers, faster)")
     s.add_argument("drafters", nargs="+", help="drafter folders, shipped names (peagle-smollm2, eagle-smollm2) or NAME=FOLDER")
-    s.add_argument("--prompts", default="mt-bench", help="mt-bench, humaneval, sharegpt or a .jsonl file")
-    s.add_argument("--num-prompts", type=_positive, default=80, help="prompts to score (default 80: all of MT-Bench)")
-    s.add_argument("--spread", action="store_true",
-                   help="take --num-prompts evenly spaced over the set instead of the first (MT-Bench is sorted by "
-                        "category; its first 10 are all writing)")
+    _add_prompt_args(s, num_prompts=80, count=_positive, num_help="prompts to score (default 80: all of MT-Bench)")
     s.add_argument("--k", type=_positive, default=7, help="draft tokens per step")
-    s.add_argument("--max-new-tokens", type=_positive, default=128)
     s.add_argument("--target", default=None)
     s.add_argument("--device", default="cpu")
     s.add_argument("--json", default=None, help="also write the results to this file")
     s.set_defaults(fn=cmd_eval)
 
+
+def add_export_speculators_parser(sub) -> None:
     s = sub.add_parser("export-speculators", help="write a drafter in the speculators format (vLLM >= 0.33 reads it)")
     s.add_argument("drafter", help="drafter folder in vLLM's EAGLE-3 layout")
     s.add_argument("out", help="new folder for the speculators-format copy")
@@ -497,6 +521,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--k", type=int, default=None, help="speculative tokens (default: trained depth, else 3)")
     s.add_argument("--target", default=None)
     s.set_defaults(fn=cmd_export_speculators)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="peagle-lab", description="Learn, train and serve P-EAGLE parallel speculative decoding.")
+    sub = p.add_subparsers(dest="command", required=True)
+    for add in (add_info_parser, add_generate_parser, add_bench_parser, add_vllm_bench_parser, add_regenerate_parser,
+                add_train_parser, add_check_parser, add_materialise_parser, add_eval_parser, add_export_speculators_parser):
+        add(sub)
     return p
 
 

@@ -254,3 +254,12 @@ def test_fine_tuning_an_exported_drafter_continues_from_its_weights(tmp_path):
     # same first batch (same seed): the loaded drafter's loss is the trained one's, far below a fresh start
     assert tuned[0]["loss"] < 0.9 * fresh[0]["loss"]
     assert abs(tuned[0]["loss"] - sum(r["loss"] for r in hist[-3:]) / 3) < 0.25 * fresh[0]["loss"]
+
+
+def test_time_budget_shortens_the_run_without_changing_the_config(tmp_path):
+    """run(time_budget_s=...) fits the run after 13 steps; the cosine ends at the fitted total, cfg is untouched."""
+    t = _trainer(tmp_path, "peagle", steps=40)
+    t.run(progress=False, time_budget_s=1e-6)          # no time left: stop one step after the fit
+    assert t.cfg.steps == 40
+    assert t.step == t.total_steps == 14
+    assert abs(t.history[-1]["lr"] - 0.1 * t.cfg.lr) < 1e-12  # the schedule reached its floor at the fitted end

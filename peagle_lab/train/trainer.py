@@ -14,7 +14,7 @@ import json
 import math
 import os
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import torch
@@ -26,6 +26,7 @@ from ..drafter import DrafterConfig, Eagle3Drafter, init_drafter, save_drafter, 
 from ..evaluate import replay_prompts
 from ..materialise import FINGERPRINT_KEY, embedding_fingerprint
 from .cod import Elements, cod_sample
+from .config import TrainConfig
 from .data import Sample
 from .features import target_batch
 from .loss import OBJECTIVES, LossParts, SeqData, packed_loss, padded_loss, sequence_loss, supervised_mask
@@ -34,45 +35,16 @@ RESUME_MAY_CHANGE = ("steps", "checkpoint_every", "num_segments", "layout", "att
 LAYOUTS = {"packed": sequence_loss, "per_conversation": packed_loss, "padded": padded_loss}  # padded: per method
 
 
-@dataclass
-class TrainConfig:
-    method: str = "peagle"              # "peagle" (parallel, mask slots) or "eagle" (sequential, TTT)
-    num_layers: int = 2
-    intermediate_size: int | None = None
-    draft_vocab_size: int = 2048
-    max_depth: int = 8                  # depths 0..max_depth-1: valid for K <= max_depth
-    cod_ratio: float = 0.7
-    steps: int = 200
-    batch_size: int = 8                 # conversations per optimiser step
-    max_len: int = 768                  # tokens per conversation (longer ones are cut)
-    num_segments: int = 1
-    lr: float = 1e-3
-    warmup_steps: int = 20
-    weight_decay: float = 0.0
-    grad_clip: float = 1.0
-    checkpoint_every: int = 50
-    seed: int = 0
-    amp_bf16: bool = True               # bf16 autocast on CUDA (the drafter)
-    target_bf16: bool = True            # the target's feature pass under bf16 autocast on CUDA (fp32 ran ~8x slower)
-    layout: str = "packed"              # "packed" | "per_conversation" | "padded": same gradient
-    attention: str = "auto"             # "auto" (flex on CUDA, dense on CPU) | "dense" | "flex": same loss
-    head_init: str = "random"           # "random" | "target": lm_head/norm start from the target's rows
-    group_by_length: bool = False       # batches of similar lengths (less padding; still a random order of batches)
-    val_k: int = 7                      # K of the validation AL replayed at each checkpoint (when replies are given)
-    share_lm_head: bool = False         # no lm_head of its own: the target's (frozen), full vocabulary (Vd = V)
-    objective: str = "kl"               # "kl" (the target's distribution) | "argmax-ce" (its top token: T=0 acceptance)
-    mask_token_id: int | None = None    # P-EAGLE's mask token; None: an id real text never produces (unused_token_id)
-    learn_mask_embedding: bool = True   # P-EAGLE: the mask token's embedding row is trained (the paper's Table 5)
-    hidden_noise: float = 0.0           # uniform noise in [-a, a] on the target's features while training (never at eval)
+def lr_factor(step: int, warmup_steps: int, total_steps: int) -> float:
+    """Linear warm-up, then a cosine from 1 down to 0.1 at ``total_steps``.
 
-
-def _lr_lambda(cfg: TrainConfig):
-    def f(step: int) -> float:
-        if step < cfg.warmup_steps:
-            return (step + 1) / cfg.warmup_steps
-        progress = (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps)
-        return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
-    return f
+    >>> [round(lr_factor(s, 2, 10), 3) for s in (0, 1, 2, 10)]
+    [0.5, 1.0, 1.0, 0.1]
+    """
+    if step < warmup_steps:
+        return (step + 1) / warmup_steps
+    progress = (step - warmup_steps) / max(1, total_steps - warmup_steps)
+    return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
 
 
 def rank_and_world() -> tuple[int, int]:
@@ -201,7 +173,11 @@ class Trainer:
         self.drafter = drafter.to(self.device).train()
         params = [p for p in self.drafter.parameters() if p.requires_grad]
         self.opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.95))
-        self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, _lr_lambda(cfg))
+        # The cosine ends at total_steps: the config's, or fewer when run() fits a time budget (the
+        # config itself is never changed).
+        self.total_steps = cfg.steps
+        self.sched = torch.optim.lr_scheduler.LambdaLR(
+            self.opt, lambda step: lr_factor(step, cfg.warmup_steps, self.total_steps))
         self.step = 0
         self.history: list[dict] = []
         self.order = sample_order(samples, cfg)
@@ -353,7 +329,7 @@ class Trainer:
                 # re-fit every 100 steps: step times drift (recompiles, a neighbour on the same GPU)
                 per_step = (time.perf_counter() - t_warm) / (done_now - 3)
                 fit = self.step + int((time_budget_s - (time.perf_counter() - t_start)) / per_step)
-                total = self.cfg.steps = max(self.step + 1, min(requested, fit))  # the cosine follows cfg.steps
+                total = self.total_steps = max(self.step + 1, min(requested, fit))  # the cosine follows it
                 bar.total = total
         bar.close()
         return self.history
@@ -363,7 +339,7 @@ class Trainer:
         self.drafter.eval()
         every = max(1, len(self.history) // 200)            # keep the shipped record small (and every validation row)
         rows = [r for i, r in enumerate(self.history) if i % every == 0 or "val_al" in r]
-        record = json.dumps({"config": asdict(self.cfg), "steps": self.step, "history": rows})
+        record = json.dumps({"config": {**asdict(self.cfg), "steps": self.total_steps}, "steps": self.step, "history": rows})
         config = vllm_config_dict(self.drafter.cfg, str(dtype).removeprefix("torch."))
         if self.drafter.mask_embedding is not None:          # materialise_for_vllm() refuses another target's table
             config[FINGERPRINT_KEY] = embedding_fingerprint(self.target.model.get_input_embeddings().weight)
