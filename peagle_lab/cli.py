@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 import time
 from dataclasses import replace
@@ -81,18 +82,34 @@ def cmd_bench(args) -> int:
     return 0
 
 
+DRY_RUN_PORT = 8000   # what --dry-run prints; a real sweep picks a free port per server
+
+
 def cmd_vllm_bench(args) -> int:
     from .bench import write_json
     from .info import collect
-    from .serving.bench import run_vllm_bench
+    from .serving.bench import run_vllm_bench, sweep_plan, validate
+    from .serving.server import serve_command
 
+    if args.dry_run:                       # the servers the sweep would start, one command each; starts nothing
+        try:
+            validate(args.methods, args.k, args.concurrency, args.num_prompts, args.max_new_tokens)
+            _, plan = sweep_plan(methods=args.methods, ks=args.k, target=args.target, eagle_drafter=args.eagle_drafter,
+                                 peagle_drafter=args.peagle_drafter, dtype=args.dtype, max_model_len=args.max_model_len,
+                                 enforce_eager=not args.compile, memory_fraction=args.gpu_memory_utilization)
+        except (ValueError, FileNotFoundError) as err:
+            raise SystemExit(f"peagle-lab vllm-bench: {err}") from None
+        for _, cfg in plan:
+            print(shlex.join(serve_command(cfg, DRY_RUN_PORT)))
+        return 0
     try:
         result = run_vllm_bench(methods=args.methods, ks=args.k, concurrency=args.concurrency, prompts=args.prompts,
                                 num_prompts=args.num_prompts, max_new_tokens=args.max_new_tokens,
                                 temperature=args.temperature, dtype=args.dtype, target=args.target,
                                 eagle_drafter=args.eagle_drafter, peagle_drafter=args.peagle_drafter,
                                 enforce_eager=not args.compile, max_model_len=args.max_model_len,
-                                workdir=args.logs, seed=args.seed, spread=args.spread)
+                                workdir=args.logs, seed=args.seed, spread=args.spread,
+                                memory_fraction=args.gpu_memory_utilization)
     except (ValueError, FileNotFoundError) as err:
         raise SystemExit(f"peagle-lab vllm-bench: {err}") from None
     result["command"] = "peagle-lab " + " ".join(args.argv)
@@ -390,11 +407,16 @@ def add_vllm_bench_parser(sub) -> None:
     _add_prompt_args(s)
     s.add_argument("--temperature", type=float, default=0.0)
     s.add_argument("--dtype", default="float32", help="vLLM --dtype (float32 on CPUs without native bf16)")
-    s.add_argument("--eagle-drafter", default=None)
-    s.add_argument("--peagle-drafter", default=None)
-    s.add_argument("--target", default=None, help="HF folder vLLM serves (default: the embedded SmolLM2, converted)")
+    s.add_argument("--eagle-drafter", default=None, help="EAGLE-3 drafter: a folder or a Hugging Face id")
+    s.add_argument("--peagle-drafter", default=None, help="P-EAGLE drafter: a folder or a Hugging Face id")
+    s.add_argument("--target", default=None, help="HF folder or Hugging Face id vLLM serves "
+                                                  "(default: the embedded SmolLM2, converted)")
     s.add_argument("--max-model-len", type=int, default=2048)
+    s.add_argument("--gpu-memory-utilization", type=float, default=0.35,
+                   help="fraction of GPU (or CPU) memory vLLM may reserve (default 0.35)")
     s.add_argument("--compile", action="store_true", help="let vLLM compile the model instead of --enforce-eager")
+    s.add_argument("--dry-run", action="store_true",
+                   help="print the vLLM server command of every configuration (port 8000) and exit; starts nothing")
     s.add_argument("--logs", default=None, help="folder for server logs and vLLM bench results (default: a temp dir)")
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--json", default=None, help="also write the result to this file")

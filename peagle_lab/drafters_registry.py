@@ -47,6 +47,6 @@ def drafter_for(target, method: str, seed: int = 0):
     parallel = method == "peagle"
     cfg = DrafterConfig.for_target(target, num_layers=2 if parallel else 1, parallel_drafting=parallel,
                                    draft_vocab_size=min(8192, target.vocab_size), trained_depth=8 if parallel else None)
-    return init_drafter(cfg, target, seed=seed).eval(), (
+    return init_drafter(cfg, target, seed=seed).to(target.device).eval(), (
         f"randomly initialised {method} drafter (no trained drafter shipped for this target): "
         "outputs stay lossless, acceptance is near zero")

@@ -118,3 +118,45 @@ def test_drafter_check_reads_the_speculators_layout(tmp_path):
     (drafter / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(ValueError, match="drafter vocab 32000 != target vocab 49152"):
         check_drafter_config(str(drafter), str(target), "peagle", 5)
+
+
+def test_dry_run_builds_the_exact_commands_for_hugging_face_ids(capsys):
+    """Hub ids pass through untouched (vLLM downloads them); nothing is started or downloaded."""
+    import json
+    import shlex
+    import sys
+
+    from peagle_lab.cli import main
+
+    assert main(["vllm-bench", "--dry-run", "--methods", "none,eagle,peagle", "--k", "3,7",
+                 "--target", "openai/gpt-oss-20b", "--eagle-drafter", "someone/gpt-oss-20b-eagle3",
+                 "--peagle-drafter", "amazon/gpt-oss-20b-p-eagle", "--dtype", "auto", "--compile",
+                 "--max-model-len", "4096", "--gpu-memory-utilization", "0.85"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    cmds = [shlex.split(line) for line in lines]
+    base = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", "openai/gpt-oss-20b",
+            "--host", "127.0.0.1", "--port", "8000", "--dtype", "auto", "--max-model-len", "4096",
+            "--gpu-memory-utilization", "0.85", "--disable-uvicorn-access-log"]
+    assert cmds[0] == base                                      # no speculation, no --enforce-eager (--compile)
+    specs = [(c[:-2], c[-2], c[-1]) for c in cmds[1:]]
+    assert all(head == base and flag == "--speculative-config" for head, flag, _ in specs)
+    assert [s for _, _, s in specs] == [
+        '{"method": "eagle3", "model": "someone/gpt-oss-20b-eagle3", "num_speculative_tokens": 3, "parallel_drafting": false}',
+        '{"method": "eagle3", "model": "someone/gpt-oss-20b-eagle3", "num_speculative_tokens": 7, "parallel_drafting": false}',
+        '{"method": "eagle3", "model": "amazon/gpt-oss-20b-p-eagle", "num_speculative_tokens": 3, "parallel_drafting": true}',
+        '{"method": "eagle3", "model": "amazon/gpt-oss-20b-p-eagle", "num_speculative_tokens": 7, "parallel_drafting": true}',
+    ]
+    assert json.loads(specs[-1][2])["parallel_drafting"] is True
+
+
+def test_a_target_that_is_neither_folder_nor_hub_id_names_the_fix(tmp_path):
+    from peagle_lab.serving.bench import sweep_plan
+    from peagle_lab.serving.server import is_hub_id
+
+    assert is_hub_id("openai/gpt-oss-20b") and not is_hub_id(str(tmp_path)) and not is_hub_id("gpt-oss")
+    with pytest.raises(FileNotFoundError, match="nor a Hugging Face id"):
+        sweep_plan(methods=["none"], ks=[3], target=str(tmp_path))
+    target, plan = sweep_plan(methods=["none", "peagle"], ks=[5], target="openai/gpt-oss-20b",
+                              peagle_drafter="amazon/gpt-oss-20b-p-eagle", enforce_eager=False)
+    assert target == "openai/gpt-oss-20b" and [key for key, _ in plan] == [("none", None), ("peagle", 5)]
+    assert plan[1][1].drafter == "amazon/gpt-oss-20b-p-eagle" and plan[1][1].enforce_eager is False

@@ -44,7 +44,7 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from .metrics import acceptance_from_diff
-from .server import VLLM_INSTALL, ServeConfig, VLLMServer, check_drafter_config
+from .server import VLLM_INSTALL, ServeConfig, VLLMServer, check_drafter_config, is_hub_id
 
 VLLM_METHODS = ("none", "eagle", "peagle")
 WARMUP_TOKENS = 8
@@ -204,32 +204,51 @@ def run_loads(server: VLLMServer, *, dataset: Path, num_prompts: int, max_new_to
     return out
 
 
+def sweep_plan(*, methods, ks, target: str | None = None, eagle_drafter: str | None = None,
+               peagle_drafter: str | None = None, dtype: str = "float32", max_model_len: int = 2048,
+               enforce_eager: bool = True, memory_fraction: float = 0.35) -> tuple[str, list]:
+    """(target, [((method, K), ServeConfig), ...]): one vLLM server per configuration, in run order.
+
+    Starts nothing and downloads nothing: ``serve_command(cfg, port)`` gives each server's command.
+    """
+    from ..assets import smollm2_dir
+    from ..bench import resolve_drafter
+
+    target_dir = str(target or smollm2_dir())
+    if not is_hub_id(target_dir) and not (Path(target_dir) / "config.json").exists():
+        raise FileNotFoundError(f"{target_dir} is neither a Hugging Face model folder (no config.json) nor a "
+                                "Hugging Face id (owner/name); pass --target with what vLLM should serve")
+    drafters = {m: resolve_drafter(m, path, target is None) for m, path in
+                (("eagle", eagle_drafter), ("peagle", peagle_drafter)) if m in methods}
+    plan = [((m, k), ServeConfig(target=target_dir, method=m, drafter=drafters.get(m), k=k or 1, dtype=dtype,
+                                 max_model_len=max_model_len, enforce_eager=enforce_eager,
+                                 memory_fraction=memory_fraction))
+            for m in methods for k in (ks if m != "none" else [None])]
+    return target_dir, plan
+
+
 def run_vllm_bench(*, methods, ks, concurrency, prompts: str, num_prompts: int, max_new_tokens: int,
                    temperature: float = 0.0, dtype: str = "float32", target: str | None = None,
                    eagle_drafter: str | None = None, peagle_drafter: str | None = None, enforce_eager: bool = True,
                    max_model_len: int = 2048, workdir: str | None = None, seed: int = 0, progress: bool = True,
-                   spread: bool = False) -> dict:
-    """Run the sweep and return the JSON-ready result (``{"results": [...], ...}``)."""
+                   spread: bool = False, memory_fraction: float = 0.35) -> dict:
+    """Run the sweep and return the JSON-ready result (``{"results": [...], ...}``).
+
+    ``target`` and the drafters are local folders or Hugging Face ids (``openai/gpt-oss-20b``)."""
     from transformers import AutoTokenizer
 
-    from ..assets import smollm2_dir
-    from ..bench import resolve_drafter
     from ..prompts import load_prompts
 
     methods, ks, concurrency = list(methods), list(ks), list(concurrency)
     validate(methods, ks, concurrency, num_prompts, max_new_tokens)
     if importlib.util.find_spec("vllm") is None:
         raise RuntimeError(f"vLLM is not installed; {VLLM_INSTALL}")
-    target_dir = str(target or smollm2_dir())
-    if not (Path(target_dir) / "config.json").exists():
-        raise FileNotFoundError(f"{target_dir} is not a Hugging Face model folder (no config.json); "
-                                "pass --target with the folder vLLM should serve")
-    drafters = {m: resolve_drafter(m, path, target is None) for m, path in
-                (("eagle", eagle_drafter), ("peagle", peagle_drafter)) if m in methods}
-    configs = [(m, k) for m in methods for k in (ks if m != "none" else [None])]
-    for m, k in configs:                       # refuse a mismatched drafter before any server starts
+    target_dir, plan = sweep_plan(methods=methods, ks=ks, target=target, eagle_drafter=eagle_drafter,
+                                  peagle_drafter=peagle_drafter, dtype=dtype, max_model_len=max_model_len,
+                                  enforce_eager=enforce_eager, memory_fraction=memory_fraction)
+    for (m, k), cfg in plan:                   # refuse a mismatched drafter before any server starts
         if m != "none":
-            check_drafter_config(drafters[m], target_dir, m, k)
+            check_drafter_config(cfg.drafter, target_dir, m, k)
 
     tokenizer = AutoTokenizer.from_pretrained(target_dir)
     texts, add_special = render_prompts(tokenizer, load_prompts(prompts, num_prompts, spread=spread))
@@ -246,10 +265,8 @@ def run_vllm_bench(*, methods, ks, concurrency, prompts: str, num_prompts: int, 
     dataset = write_dataset(texts, work / "prompts.jsonl", max_new_tokens)
 
     rows, outputs = [], []
-    bar = tqdm(total=len(configs) * len(concurrency), desc="vllm-bench runs", disable=not progress, file=sys.stderr)
-    for method, k in configs:
-        cfg = ServeConfig(target=target_dir, method=method, drafter=drafters.get(method), k=k or 1, dtype=dtype,
-                          max_model_len=max_model_len, enforce_eager=enforce_eager)
+    bar = tqdm(total=len(plan) * len(concurrency), desc="vllm-bench runs", disable=not progress, file=sys.stderr)
+    for (method, k), cfg in plan:
         bar.set_postfix_str(f"starting vLLM: {method}" + (f" K={k}" if k else ""))
         with VLLMServer(cfg, log_path=str(work / f"server-{method}-k{k or 0}.log")) as server:
             server.complete(ids[0][:64], WARMUP_TOKENS)           # warm-up, untimed, before any counter read

