@@ -3,8 +3,10 @@
 # back the drafters and logs. A run still going is stopped and exported from its last checkpoint by the method of the
 # deleted 08_collect.sh (resume ignores --steps; --steps 1 exports at once; `git show 577158b:benchmarks/device/08_collect.sh`)
 # -- run that by hand if it comes to it.
+# ONLY="a b" brings back just those runs (the device returns at most 8 files a call: two calls for six drafters).
 set -uxo pipefail
 RUNS=$(cat /tmp/pk/runs.txt)
+WANT=${ONLY:-$RUNS}
 limit=${WAIT_SECONDS:-480}
 while [ "$SECONDS" -lt "$limit" ]; do
   done_all=1
@@ -14,7 +16,8 @@ while [ "$SECONDS" -lt "$limit" ]; do
 done
 echo "waited ${SECONDS} s"
 logs=()
-for r in $RUNS; do
+for f in data_stats.json chain.log regen-greedy.log regen-t07a.log regen-t07b.log; do [ -f "/tmp/pk/$f" ] && logs+=("$f"); done
+for r in $WANT; do
   name=${r%%:*}
   logs+=("train-$name.log")
   grep -a '^\[' "/tmp/pk/train-$name.log"; tail -c 500 "/tmp/pk/train-$name.log"; echo

@@ -12,6 +12,8 @@
 # conversations regenerated turn by turn made generate calls of <= 128 sequences (1.2 conversations/s, 1,369 samples
 # in 300 s; shards of 1,024 batch each turn 512 wide, and each turn is saved when done), and the mixed folder's links were not named shard-*.pt, so
 # only the greedy-only arm found data. 11_collect.sh (next calls, within 30 s) brings the exports and logs back.
+# Second use: one shard of all 4,000 conversations (SHARD=4000), so every turn's generate calls are 512 wide until the
+# conversations thin out; the tail turns (few conversations, deep contexts) are what a timeout cuts.
 #   ARMS="name|method|data|flags"  data: all (greedy + both sampled) or greedy.
 set -uxo pipefail
 export PEAGLE_GGUF=/tmp/pk/SmolLM2-135M-Instruct.Q4_1.gguf PEAGLE_CACHE=/tmp/pk/cache PYTHONPATH=. PYTHONUNBUFFERED=1
@@ -32,7 +34,7 @@ cat > /tmp/pk/chain.sh <<CHAIN
 set -x
 cd /tmp/pk/code
 export PEAGLE_GGUF=$PEAGLE_GGUF PEAGLE_CACHE=$PEAGLE_CACHE PYTHONUNBUFFERED=1
-R="python -m peagle_lab regenerate --prompts /tmp/pk/sharegpt_turns.jsonl --all-turns --num-prompts 4000 --max-prompt-tokens 640 --max-new-tokens 384 --batch-size 512 --shard-size ${SHARD:-1024} --device cuda"
+R="python -m peagle_lab regenerate --prompts /tmp/pk/sharegpt_turns.jsonl --all-turns --num-prompts 4000 --max-prompt-tokens 640 --max-new-tokens 384 --batch-size 512 --shard-size ${SHARD:-4000} --device cuda"
 timeout ${REGEN_SECONDS:-300} \$R --out /tmp/pk/data/greedy > /tmp/pk/regen-greedy.log 2>&1 &
 timeout ${REGEN_SECONDS:-300} \$R --out /tmp/pk/data/t07a --temperature 0.7 --seed 1 > /tmp/pk/regen-t07a.log 2>&1 &
 timeout ${REGEN_SECONDS:-300} \$R --out /tmp/pk/data/t07b --temperature 0.7 --seed 2 > /tmp/pk/regen-t07b.log 2>&1 &
@@ -57,7 +59,7 @@ echo "$ARMS" | while IFS='|' read -r name method data flags; do
   cat >> /tmp/pk/chain.sh <<CHAIN
 OMP_NUM_THREADS=2 python -m peagle_lab train --method $method $flags --group-by-length --data /tmp/pk/mix/$data \
   --out /tmp/pk/run-$name --export /tmp/pk/$name --device cuda --batch-size ${BATCH:-32} --max-len 1024 --steps 100000 \
-  --warmup-steps 100 --lr ${LR:-1e-3} --checkpoint-every 250 --max-minutes ${TRAIN_MINUTES:-12} --val-prompts 10 \
+  --warmup-steps 100 --lr ${LR:-1e-3} --checkpoint-every ${CKPT:-300} --max-minutes ${TRAIN_MINUTES:-12} --val-prompts 10 \
   > /tmp/pk/train-$name.log 2>&1 < /dev/null &
 CHAIN
 done
