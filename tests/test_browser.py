@@ -176,7 +176,7 @@ def _check_step(page, step: dict, index: int) -> None:
     """The step view shows the recorded step: K drafts with their verdicts, then the target's token."""
     n, k = step["accepted"], len(step["drafts"])
     roles = ["accepted"] * n + ["rejected"] * (n < k) + ["discarded"] * max(0, k - n - 1)
-    roles.append("bonus" if n == k else "correction")
+    roles.append("extra" if n == k else "replacement")
     view = page.locator(f'.peagle-step[data-step="{index}"]')
     view.wait_for()
     cells = view.locator("td").evaluate_all("tds => tds.map(td => [td.dataset.role, +td.dataset.token])")

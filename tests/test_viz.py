@@ -65,7 +65,7 @@ def test_step_view_follows_the_records_and_rebuilds_the_output(spec):
         assert v["verdicts"][:n] == ["accepted"] * n and len(v["verdicts"]) == k
         if n < k:
             assert v["verdicts"][n] == "rejected" and set(v["verdicts"][n + 1:]) <= {"discarded"}
-        assert v["next_kind"] == ("bonus" if n == k else "correction")
+        assert v["next_kind"] == ("extra" if n == k else "replacement")
         assert v["start"] == len(rebuilt)
         rebuilt += v["yielded"]
     # the steps' accepted drafts + target tokens are exactly the generated text, in order
@@ -83,10 +83,10 @@ def test_step_html_shows_each_cell_as_recorded(spec):
         assert f"step {i + 1} of {len(spec.steps)}: accepted {step.accepted} of {len(step.drafts)}" in page.summary
 
 
-def test_bonus_when_all_accepted_and_clear_errors():
+def test_extra_bonus_when_all_accepted_and_clear_errors():
     r = SpecResult(tokens=[5, 1, 2, 3, 9], prompt_len=2, seconds=0.0, steps=[Step([1, 2, 3], 3, 9)])
     page = parse(step_html(r, decode, 0))
-    assert [c["role"] for c in page.cells] == ["accepted"] * 3 + ["bonus"]
+    assert [c["role"] for c in page.cells] == ["accepted"] * 3 + ["extra"]
     assert "bonus" in page.summary and "4 tokens this step" in page.summary
     with pytest.raises(IndexError, match="1 steps"):
         step_view(r, 1)
@@ -149,16 +149,16 @@ def test_acceptance_explorer_without_source_and_with_one_row():
         acceptance_explorer([dict(method="none", k=None, acceptance_per_position=None)])
 
 
-def test_token_stream_colours_accepted_correction_bonus_and_rejected():
+def test_token_stream_colours_accepted_bonus_and_rejected():
     from types import SimpleNamespace as NS
 
     from peagle_lab.viz import BONUS_STYLE, TARGET_STYLE, token_stream_html
-    steps = [NS(drafts=[11, 12, 13], accepted=1, next_token=20),      # 11 accepted, 12 13 rejected, 20 corrects
-             NS(drafts=[14, 15, 16], accepted=3, next_token=21)]      # all accepted: 21 is a bonus
+    steps = [NS(drafts=[11, 12, 13], accepted=1, next_token=20),      # 11 accepted, 12 13 rejected, 20 replaces 12
+             NS(drafts=[14, 15, 16], accepted=3, next_token=21)]      # all accepted: 21 comes after them
     html = token_stream_html(NS(tokens=[10], steps=steps), lambda ids: "".join(f"<{i}>" for i in ids))
     body = html.split("</div>", 1)[1]                                  # after the legend
     assert 'title="accepted 1 of 3 drafts">&lt;11&gt;<' in body
     assert 'line-through' in body and '&lt;12&gt;&lt;13&gt;' in body
-    assert f'style="{TARGET_STYLE}" title="correction (target\'s token)">&lt;20&gt;' in body
-    assert f'style="{BONUS_STYLE}" title="bonus token (all drafts accepted)">&lt;21&gt;' in body
-    assert body.count("bonus token") == 1 and body.count("correction") == 1
+    assert f'style="{TARGET_STYLE}" title="bonus token in place of a rejected draft">&lt;20&gt;' in body
+    assert f'style="{BONUS_STYLE}" title="bonus token after all drafts">&lt;21&gt;' in body
+    assert body.count("bonus token after all drafts") == 1 and body.count("in place of a rejected draft") == 1
