@@ -166,10 +166,9 @@ def cmd_train(args) -> int:
     from .train.trainer import Trainer, finish_distributed, init_distributed, rank_and_world
     from .train.vocab import build_draft_vocab, token_counts
 
-    init_distributed()                                  # no-op unless launched by torchrun
-    device = args.device
-    if device == "cuda" and rank_and_world()[1] > 1:
-        device = f"cuda:{torch.cuda.current_device()}"
+    # under torchrun: join the group (NCCL on GPUs, one per process; gloo on CPUs, or with PEAGLE_DIST_BACKEND=gloo)
+    # and train on this process's GPU; otherwise a no-op
+    device = init_distributed(args.device)
     t0 = time.perf_counter()
 
     def mark(what: str) -> None:                        # start-up phases, timed (a slow one shows up in the log)
@@ -214,7 +213,7 @@ def cmd_train(args) -> int:
     trainer = Trainer(target, samples, cfg, args.out, ids, drafter=init, val_replies=val)
     mark("trainer ready; training starts")
     history = trainer.run(time_budget_s=60 * args.max_minutes if args.max_minutes else None,
-                          progress=rank_and_world()[0] == 0)
+                          progress=rank_and_world()[0] == 0, stop_after=args.stop_after)
     if rank_and_world()[0] != 0:
         finish_distributed()                            # waits for rank 0's export
         return 0
@@ -468,6 +467,9 @@ def add_train_parser(sub) -> None:
     s.add_argument("--warmup-steps", type=int, default=D.warmup_steps)
     s.add_argument("--checkpoint-every", type=int, default=D.checkpoint_every)
     s.add_argument("--max-minutes", type=float, default=None, help="shorten the run to fit this wall time")
+    s.add_argument("--stop-after", type=int, default=None,
+                   help="stop after this many steps of this launch (a rehearsed interruption: the same command "
+                        "resumes from the last checkpoint towards --steps)")
     s.add_argument("--layout", default=D.layout, choices=["packed", "per_conversation", "padded"],
                    help="how a batch's conversations run (same gradient): a padded batch, one row per conversation "
                         "(default; the shipped drafters' layout), one packed pass (with --attention flex on CUDA for "

@@ -1,4 +1,7 @@
-"""Training loop oracles: data regeneration, draft vocab, loss goes down, resume == uninterrupted."""
+"""Training loop oracles: data regeneration, draft vocab, loss goes down, resume == uninterrupted, DDP == one process."""
+import os
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -96,36 +99,158 @@ def test_regenerate_resumes_by_shard(target, tmp_path):
     assert paths[0].stat().st_mtime_ns == stamp                                  # existing shard kept
 
 
-def test_two_process_gloo_training_equals_one_process(tmp_path):
-    """torchrun with 2 CPU processes (gloo) takes the same optimiser steps as one process."""
+# The DDP tests run where PEAGLE_TEST_DEVICE says: cpu (CI: gloo), or cuda (benchmarks/gpu/30_ddp.sh): NCCL with a
+# GPU per process, or, on a machine of one GPU, two processes sharing it over gloo (PEAGLE_DIST_BACKEND=gloo, set
+# here when fewer than two GPUs are visible; NCCL refuses two ranks on one GPU).
+DDP_DEVICE = os.environ.get("PEAGLE_TEST_DEVICE", "cpu")
+
+
+def _ddp_env() -> dict:
+    env = dict(os.environ)
+    if DDP_DEVICE.startswith("cuda") and torch.cuda.device_count() < 2:
+        env.setdefault("PEAGLE_DIST_BACKEND", "gloo")
+    return env
+
+
+@pytest.fixture(scope="module")
+def ddp_runs(tmp_path_factory):
+    """tests/ddp_worker.py launched by torchrun with 1 and 2 processes, for both methods."""
+    import socket
     import subprocess
     import sys
-    from pathlib import Path
-
-    import socket
 
     def free_port() -> int:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             return s.getsockname()[1]
 
+    tmp = tmp_path_factory.mktemp("ddp")
     worker = Path(__file__).with_name("ddp_worker.py")
     results = {}
     for method in ("peagle", "eagle"):
         for n in (1, 2):
-            out = tmp_path / f"{method}-{n}.pt"
+            out = tmp / f"{method}-{n}.pt"
             # an explicit free loopback port per launch: back-to-back launches never share one
             proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nnodes=1", f"--nproc_per_node={n}",
                                    "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{free_port()}",
-                                   str(worker), str(out), str(tmp_path / f"run-{method}-{n}"), method],
-                                  capture_output=True, text=True, timeout=300)
+                                   str(worker), str(out), str(tmp / f"run-{method}-{n}"), method],
+                                  capture_output=True, text=True, timeout=300, env=_ddp_env())
             assert proc.returncode == 0, proc.stderr[-3000:]
-            results[method, n] = torch.load(out, weights_only=False)
-        one, two = results[method, 1], results[method, 2]
-        # float32 sums in another order: compare with a tolerance (rounding to 5 places can straddle a digit)
-        assert two["losses"] == pytest.approx(one["losses"], rel=1e-5, abs=1e-5), method
-        for k in one["state"]:
-            assert torch.allclose(one["state"][k].float(), two["state"][k].float(), atol=2e-5, rtol=0), (method, k)
+            results[method, n] = {"train": torch.load(out, weights_only=False),
+                                  "grads": [torch.load(f"{out}.grads-rank{r}.pt", weights_only=False) for r in range(n)]}
+    return results
+
+
+def _close(a: torch.Tensor, b: torch.Tensor, rel: float) -> bool:
+    """|a - b| <= rel * max|b| elementwise (float32 sums in another order, relative to the tensor's scale)."""
+    return bool((a.double() - b.double()).abs().max() <= rel * b.double().abs().max().clamp_min(1e-12))
+
+
+@pytest.mark.parametrize("method", ["peagle", "eagle"])
+def test_two_process_gradients_are_the_single_process_gradient(ddp_runs, method):
+    """One step under torchrun: each process holds the gradient of its share of the global batch (every
+    world-th conversation, its loss divided by the global count of supervised elements); after the
+    all-reduce every process holds the sum, which is the single-process gradient of the whole batch --
+    with the recipe's feature noise on (each conversation's noise is its own, wherever it is packed)."""
+    rel = 1e-5 if DDP_DEVICE == "cpu" else 1e-4
+    (one,), (r0, r1) = ddp_runs[method, 1]["grads"], ddp_runs[method, 2]["grads"]
+    assert r0["world"] == 2 and r0["device"].split(":")[0] == DDP_DEVICE.split(":")[0]
+    assert r0["backend"] == ("gloo" if DDP_DEVICE == "cpu" else _ddp_env().get("PEAGLE_DIST_BACKEND", "nccl"))
+    assert r0["supervised"] == r1["supervised"] == one["supervised"]              # the global count, on every rank
+    assert r0["loss"] == pytest.approx(one["loss"], rel=rel)
+    want = one["reduced"]
+    if os.environ.get("PEAGLE_DDP_REPORT"):                                     # numbers for benchmarks/gpu/30_ddp.sh
+        import json
+
+        def worst(a, b):
+            return max(float((a[k].double() - b[k].double()).abs().max() / b[k].double().abs().max()) for k in b)
+        with open(os.environ["PEAGLE_DDP_REPORT"], "a") as f:
+            f.write(json.dumps({"method": method, "device": r0["device"], "backend": r0["backend"],
+                                "tensors": len(want), "supervised": one["supervised"],
+                                "loss_1": one["loss"], "loss_2": r0["loss"],
+                                "max_rel_diff_reduced_vs_single": worst(r0["reduced"], want),
+                                "max_rel_diff_shares_sum_vs_single": worst(
+                                    {k: r0["local"][k] + r1["local"][k] for k in want}, want),
+                                "min_rel_diff_share_vs_whole": min(worst(r["local"], want) for r in (r0, r1)),
+                                "tolerance": rel}) + "\n")
+    assert set(r0["reduced"]) == set(r1["reduced"]) == set(want) == set(r0["local"]) == set(r1["local"])
+    for k, g in want.items():
+        assert torch.equal(r0["reduced"][k], r1["reduced"][k]), k                  # every rank steps with the same sum
+        assert _close(r0["reduced"][k], g, rel), (k, (r0["reduced"][k] - g).abs().max(), g.abs().max())
+        assert _close(r0["local"][k] + r1["local"][k], g, rel), k                  # the sum of the two shares
+    # each share alone is far from the whole (so the all-reduce is what makes the step right)
+    big = max(want, key=lambda k: want[k].abs().max())
+    assert not _close(r0["local"][big], want[big], 0.05) and not _close(r1["local"][big], want[big], 0.05)
+
+
+@pytest.mark.parametrize("method", ["peagle", "eagle"])
+def test_two_process_training_equals_one_process(ddp_runs, method):
+    """torchrun with 2 processes (gloo on CPUs; NCCL or gloo on CUDA) takes the same optimiser steps as one process."""
+    one, two = ddp_runs[method, 1]["train"], ddp_runs[method, 2]["train"]
+    # float32 sums in another order: compare with a tolerance (rounding to 5 places can straddle a digit)
+    tol = 1e-5 if DDP_DEVICE == "cpu" else 1e-4
+    assert two["losses"] == pytest.approx(one["losses"], rel=tol, abs=tol), method
+    atol = 2e-5 if DDP_DEVICE == "cpu" else 2e-4
+    for k in one["state"]:
+        assert torch.allclose(one["state"][k].float(), two["state"][k].float(), atol=atol, rtol=0), (method, k)
+
+
+def test_feature_noise_of_a_conversation_does_not_depend_on_the_process_that_packs_it():
+    """--hidden-noise under torchrun: each conversation's noise is seeded by its place in the global batch, so
+    packing conversations 0-3 together or 0, 2 and 1, 3 apart (two processes) gives every one the same noise."""
+    from peagle_lab.train.loss import SeqData
+    from peagle_lab.train.trainer import with_feature_noise
+
+    sizes = [3, 5, 2, 4]
+
+    def noise(gids):
+        doc = torch.cat([torch.full((sizes[g],), i) for i, g in enumerate(gids)])
+        n = doc.numel()
+        data = SeqData(torch.zeros(n), torch.zeros(n, 6), torch.zeros(n, 3), torch.ones(n, dtype=torch.bool), doc)
+        return with_feature_noise(data, 0.05, seed=7, global_ids=gids).aux.split([sizes[g] for g in gids])
+
+    whole, even, odd = noise([0, 1, 2, 3]), noise([0, 2]), noise([1, 3])
+    for g, part in zip([0, 2, 1, 3], even + odd):
+        assert torch.equal(whole[g], part), g
+    assert not torch.equal(whole[0][:2], whole[2][:2]) and whole[1].abs().max() <= 0.05
+
+
+def test_init_distributed_picks_backend_and_gpu_and_names_the_fix(monkeypatch):
+    """NCCL with a GPU per process by default on CUDA, gloo on CPUs; PEAGLE_DIST_BACKEND=gloo lets processes
+    share a GPU (rank r on GPU r % count); more processes than GPUs under NCCL fails naming both fixes."""
+    import peagle_lab.train.trainer as T
+
+    calls = []
+    monkeypatch.setattr(T.dist, "init_process_group", lambda backend, **kw: calls.append((backend, kw)))
+    monkeypatch.setattr(T.torch.cuda, "set_device", lambda i: calls.append(("gpu", i)))
+    monkeypatch.setattr(T.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(T.torch.cuda, "device_count", lambda: 1)
+    monkeypatch.delenv("PEAGLE_DIST_BACKEND", raising=False)
+    for k in ("WORLD_SIZE", "LOCAL_WORLD_SIZE", "LOCAL_RANK"):
+        monkeypatch.delenv(k, raising=False)
+    assert T.init_distributed("cuda") == "cuda" and calls == []           # not under torchrun: nothing to join
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    with pytest.raises(RuntimeError, match=r"2 processes on this machine but 1 GPU.*--nproc-per-node 1.*PEAGLE_DIST_BACKEND=gloo"):
+        T.init_distributed("cuda")
+    assert calls == []
+    monkeypatch.setenv("PEAGLE_DIST_BACKEND", "gloo")                       # two ranks share the one GPU
+    assert T.init_distributed("cuda") == torch.device("cuda", 0)
+    assert calls == [("gpu", 0), ("gloo", {})]
+    monkeypatch.setattr(T.torch.cuda, "device_count", lambda: 2)           # a GPU each: NCCL, bound to its GPU
+    monkeypatch.delenv("PEAGLE_DIST_BACKEND")
+    calls.clear()
+    assert T.init_distributed("cuda") == torch.device("cuda", 1)
+    assert calls == [("gpu", 1), ("nccl", {"device_id": torch.device("cuda", 1)})]
+    calls.clear()
+    assert T.init_distributed("cpu") == "cpu" and calls == [("gloo", {})]  # --device cpu on a GPU machine: gloo
+    monkeypatch.setenv("PEAGLE_DIST_BACKEND", "nccl")
+    with pytest.raises(ValueError, match="needs the run on CUDA"):
+        T.init_distributed("cpu")
+    monkeypatch.setenv("PEAGLE_DIST_BACKEND", "mpi")
+    with pytest.raises(ValueError, match="use nccl or gloo"):
+        T.init_distributed("cuda")
 
 
 def test_head_init_from_target_reads_out_like_the_target(tmp_path):

@@ -54,12 +54,51 @@ def rank_and_world() -> tuple[int, int]:
     return 0, 1
 
 
-def init_distributed() -> None:
-    """Join the process group when launched by ``torchrun`` (NCCL on GPUs, gloo on CPUs)."""
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not dist.is_initialized():
-        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
-        if torch.cuda.is_available():
-            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+BACKEND_ENV = "PEAGLE_DIST_BACKEND"
+
+
+def dist_backend(device: str | torch.device | None = None) -> str:
+    """The process group's backend: NCCL when the run trains on CUDA, gloo on CPUs; ``PEAGLE_DIST_BACKEND``
+    (``nccl`` or ``gloo``) overrides it -- gloo also reduces CUDA tensors, so it lets several processes
+    share one GPU, which NCCL refuses."""
+    on_cuda = torch.cuda.is_available() if device is None else str(device).startswith("cuda")
+    choice = os.environ.get(BACKEND_ENV, "").strip().lower() or ("nccl" if on_cuda else "gloo")
+    if choice not in ("nccl", "gloo"):
+        raise ValueError(f"{BACKEND_ENV}={choice!r}: use nccl or gloo")
+    if choice == "nccl" and not on_cuda:
+        raise ValueError(f"{BACKEND_ENV}=nccl needs the run on CUDA (--device cuda); on CPUs unset it (gloo)")
+    return choice
+
+
+def init_distributed(device: str | torch.device | None = None) -> str | torch.device | None:
+    """Join the process group when launched by ``torchrun``; return the device this process should use.
+
+    ``device`` is what the run asked for (``"cuda"``, ``"cpu"``; None: CUDA when present). On CUDA each
+    process takes GPU ``LOCAL_RANK % device_count`` and the backend is NCCL (one GPU per process); on
+    CPUs it is gloo. ``PEAGLE_DIST_BACKEND=gloo`` runs several processes on one GPU (tests, a machine
+    with fewer GPUs than processes). Not under torchrun: a no-op that returns ``device``."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1:
+        return device
+    on_cuda = torch.cuda.is_available() if device is None else str(device).startswith("cuda")
+    backend = dist_backend("cuda" if on_cuda else "cpu")
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    if on_cuda:
+        n = torch.cuda.device_count()
+        if n == 0:
+            raise RuntimeError("training on CUDA under torchrun, but no GPU is visible: pass --device cpu (gloo)")
+        per_node = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)))
+        if backend == "nccl" and per_node > n:
+            raise RuntimeError(f"{per_node} processes on this machine but {n} GPU(s): NCCL needs a GPU of its own for "
+                               f"every process. Launch at most {n} (torchrun --nproc-per-node {n}), or set "
+                               f"{BACKEND_ENV}=gloo to let processes share a GPU (slower; for tests)")
+        idx = local % n
+        torch.cuda.set_device(idx)                      # before the group: NCCL binds to the current device
+        device = torch.device("cuda", idx)
+    if not dist.is_initialized():
+        extra = {"device_id": device} if backend == "nccl" else {}
+        dist.init_process_group(backend, **extra)
+    return device
 
 
 def finish_distributed() -> None:
@@ -69,6 +108,21 @@ def finish_distributed() -> None:
     if dist.is_available() and dist.is_initialized():
         dist.barrier()
         dist.destroy_process_group()
+
+
+def all_reduce_grads(params) -> None:
+    """Sum the gradients over all processes, one flat buffer per dtype (one collective call each, not one
+    per tensor). Every process must hold gradients for the same parameters (they run the same model on
+    the same kind of batch)."""
+    groups: dict[torch.dtype, list[torch.Tensor]] = {}
+    for p in params:
+        if p.grad is not None:
+            groups.setdefault(p.grad.dtype, []).append(p.grad)
+    for grads in groups.values():
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        dist.all_reduce(flat)
+        for g, part in zip(grads, flat.split([g.numel() for g in grads])):
+            g.copy_(part.view_as(g))
 
 
 def sdpa_backends(device: torch.device):
@@ -102,12 +156,26 @@ def cod_for_conversations(data: SeqData, cfg: "TrainConfig", step: int, global_i
     return out
 
 
-def with_feature_noise(data: SeqData, amplitude: float, seed: int) -> SeqData:
+def with_feature_noise(data: SeqData, amplitude: float, seed: int, global_ids: list[int] | None = None) -> SeqData:
     """``data`` with uniform noise in ``[-amplitude, amplitude]`` added to the target's features (training only:
     the drafter learns not to lean on exact feature values, which differ a little at inference -- another
-    dtype, a batched kernel, or its own earlier drafts). Seeded per step, so a resumed run repeats it."""
-    g = torch.Generator(device=data.aux.device).manual_seed(seed)
-    noise = torch.rand(data.aux.shape, generator=g, device=data.aux.device, dtype=data.aux.dtype)  # (N, 3H)
+    dtype, a batched kernel, or its own earlier drafts). Seeded per step, so a resumed run repeats it.
+
+    With ``global_ids`` (the packed conversations' indices in the global batch, in ``data.doc`` order),
+    each conversation's noise comes from a generator of its own, seeded by ``(seed, its index)``: the
+    noise a conversation gets does not depend on which process packs it (a step under torchrun equals
+    the single-process step)."""
+    device = data.aux.device
+    if global_ids is None:
+        g = torch.Generator(device=device).manual_seed(seed)
+        noise = torch.rand(data.aux.shape, generator=g, device=device, dtype=data.aux.dtype)  # (N, 3H)
+    else:
+        sizes = torch.bincount(data.doc.cpu(), minlength=len(global_ids)).tolist()
+        parts = []
+        for gid, n in zip(global_ids, sizes):
+            g = torch.Generator(device=device).manual_seed(seed * 4099 + gid)
+            parts.append(torch.rand((n, data.aux.shape[1]), generator=g, device=device, dtype=data.aux.dtype))
+        noise = torch.cat(parts)
     return replace(data, aux=data.aux + (2 * noise - 1) * amplitude)
 
 
@@ -205,11 +273,11 @@ class Trainer:
         data = target_batch(self.target, [batch[i] for i in global_ids], self.draft_ids, cfg.max_len,
                             bf16=cfg.target_bf16)
         if cfg.hidden_noise > 0:
-            data = with_feature_noise(data, cfg.hidden_noise, seed=cfg.seed * 1_000_003 + step + 7919 * rank)
+            data = with_feature_noise(data, cfg.hidden_noise, seed=cfg.seed * 1_000_003 + step, global_ids=global_ids)
         el = cod_for_conversations(data, cfg, step, global_ids)
         el = Elements(el.anchor.to(self.device), el.depth.to(self.device), el.doc.to(self.device))
-        count = torch.tensor(int(supervised_mask(el, data).sum()))
-        if world > 1:
+        count = supervised_mask(el, data).sum().reshape(1)
+        if world > 1:                                   # on the run's device: NCCL reduces CUDA tensors only
             dist.all_reduce(count)
         count = int(count)
         self.opt.zero_grad(set_to_none=True)
@@ -224,12 +292,12 @@ class Trainer:
                                        num_segments=cfg.num_segments, normalizer=max(count, 1), backward=True,
                                        attention=cfg.attention, objective=cfg.objective)
         if world > 1:
-            for p in self.drafter.parameters():
-                if p.grad is not None:
-                    dist.all_reduce(p.grad)
-            stats = torch.cat([parts.loss_sum.detach().float().cpu().reshape(1), parts.correct.float(), parts.total.float()])
+            all_reduce_grads(self.drafter.parameters())
+            stats = torch.cat([parts.loss_sum.detach().float().reshape(1).to(self.device),
+                               parts.correct.float().to(self.device), parts.total.float().to(self.device)])
             dist.all_reduce(stats)
             d = cfg.max_depth
+            stats = stats.cpu()
             parts = LossParts(stats[0], count, stats[1:1 + d].long(), stats[1 + d:].long())
         gnorm = torch.nn.utils.clip_grad_norm_(self.drafter.parameters(), cfg.grad_clip)
         self.opt.step()
@@ -317,6 +385,12 @@ class Trainer:
             if self.step % self.cfg.checkpoint_every == 0 or self.step == total:
                 if self.device.type == "cuda":
                     row["peak_gib"] = torch.cuda.max_memory_allocated(self.device) / 2**30
+                    rank, world = rank_and_world()
+                    if world > 1:                        # every process's peak, in rank order (rank 0 keeps the record)
+                        peaks = torch.zeros(world, device=self.device, dtype=torch.float64)
+                        peaks[rank] = row["peak_gib"]
+                        dist.all_reduce(peaks)
+                        row["peak_gib_per_rank"] = peaks.tolist()
                 if self.val_replies and rank_and_world()[0] == 0:
                     row["val_al"] = self.validation_al()
                     bar.write(f"step {self.step}: validation AL {row['val_al']:.3f} at K={self.cfg.val_k}")
