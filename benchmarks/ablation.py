@@ -1,7 +1,8 @@
 """The P-EAGLE ablation table at 135M: one row per (lever, arm), from replayed acceptance JSON files.
 
-Every arm is a drafter replayed by `peagle-lab eval` / `benchmarks/replay_acceptance.py` over all 80
-MT-Bench first turns (greedy, 128 new tokens). A lever compares arms trained side by side on the same
+Every arm is a drafter replayed by `peagle-lab eval` / `benchmarks/replay_acceptance.py` /
+`benchmarks/ablation_eval.py` over all 80 MT-Bench first turns (greedy, 128 new tokens); rows are at K=7,
+and arms replayed at several K also carry their AL at each (`acceptance_length_by_k`). A lever compares arms trained side by side on the same
 data and budget; arms from different runs are not compared inside one lever. Levers the issue asks
 for that no run has measured yet are listed with `"measured": false` and the reason, so the table
 says what it does not know.
@@ -17,6 +18,9 @@ from pathlib import Path
 
 RESULTS = Path(__file__).parent / "results"
 
+# The recipe run (device_recipe_2026-12-01h.json): four arms side by side, same 4,119 multi-turn samples, ~750 steps.
+RECIPE = "ablation_eval_recipe_mtbench80.json"
+
 # (lever, arm, replay file, drafter key, what the arm is)
 ARMS = [
     ("layers", "2 layers", "replay_acceptance_capacity.json", "peagleL2", "P-EAGLE 2L, MLP 1536, target head (run 7)"),
@@ -30,31 +34,43 @@ ARMS = [
      "shipped P-EAGLE fine-tuned with cross-entropy on the target's top token"),
     ("method (same run)", "EAGLE-3 1L", "replay_acceptance_capacity.json", "eagleS", "EAGLE-3 1L MLP 1536, target head (run 6)"),
     ("method (same run)", "P-EAGLE 4L", "replay_acceptance_capacity.json", "peagleS", "P-EAGLE 4L MLP 384, target head (run 6)"),
-    ("shipped", "EAGLE-3", "replay_acceptance_capacity.json", "eagle-shipped", "peagle_lab/drafters/eagle-smollm2"),
-    ("shipped", "P-EAGLE", "replay_acceptance_capacity.json", "peagle-shipped", "peagle_lab/drafters/peagle-smollm2"),
+    ("mask token id (frozen row)", "id 0 <|endoftext|>", RECIPE, "peagleM0",
+     "P-EAGLE recipe (4L MLP 384, target head, noise 0.05), mask id 0 with its row frozen (recipe run)"),
+    ("mask token id (frozen row)", "id 16 <empty_output>", RECIPE, "peagleF16",
+     "P-EAGLE recipe, mask id 16 (never in real text) with its row frozen at the target's (recipe run)"),
+    ("mask row (id 16)", "frozen", RECIPE, "peagleF16", "P-EAGLE recipe, mask row frozen (recipe run)"),
+    ("mask row (id 16)", "learned", RECIPE, "peagleR", "P-EAGLE recipe, mask row trained (recipe run)"),
+    ("method (recipe run)", "EAGLE-3 1L", RECIPE, "eagleR", "EAGLE-3 1L MLP 1536, target head, noise 0.05 (recipe run)"),
+    ("method (recipe run)", "P-EAGLE 4L, learned mask row", RECIPE, "peagleR",
+     "P-EAGLE 4L MLP 384, target head, K_train 8, COD 0.8, noise 0.05, mask id 16 learned (recipe run)"),
+    ("shipped", "EAGLE-3", RECIPE, "eagle-shipped", "peagle_lab/drafters/eagle-smollm2"),
+    ("shipped", "P-EAGLE", RECIPE, "peagle-shipped", "peagle_lab/drafters/peagle-smollm2"),
 ]
 
 NOT_MEASURED = {
-    "mask token id (0 vs unused 16)": "needs the recipe run (benchmarks/gpu/20_recipe.sh arms peagleR vs peagleM0)",
-    "mask row (frozen vs learned)": "needs the recipe run (arms peagleR vs peagleF16)",
     "full embedding trainable": "a trainable 49,152 x 576 table is 56 MB in bf16: not shippable as package data; "
-                                "measurable on the GPU, not planned before the mask-row arms",
-    "feature noise (0.05 vs off)": "needs the recipe run (arms peagleR vs peagleN0)",
-    "data size (x1 vs x3)": "needs the recipe run (arms peagleX1 vs peagleR); the first attempt regenerated only 1,369 "
-                            "multi-turn samples (results/device_recipe_2026-12-01g.json)",
-    "epochs": "needs a run resumed over several device windows (checkpoint/resume exists)",
+                                "measurable on the GPU; the mask-row arms (learned vs frozen: +0.002 AL) give no reason to go further at this budget",
+    "feature noise (0.05 vs off)": "arm peagleN0 of benchmarks/gpu/20_recipe.sh; dropped from the 2026-12-01h window, "
+                                   "whose regeneration took half the device time (results/device_recipe_2026-12-01h.json)",
+    "data size (x1 vs x3)": "arm peagleX1 vs peagleR on greedy + two sampled replies per turn; the 2026-12-01h window "
+                            "regenerated greedy replies only (4,119 samples)",
+    "epochs": "every arm's validation AL was still rising when its budget ended (recipe run: peagleR 1.244 -> 1.337 "
+              "from step 200 to 753 on 10 prompts); needs a run resumed over several device windows",
 }
 
 
-def row(lever: str, arm: str, file: str, key: str, what: str) -> dict:
+def row(lever: str, arm: str, file: str, key: str, what: str, k: int = 7) -> dict:
     data = json.loads((RESULTS / file).read_text())
-    r = data["results"][key]
+    by_k = data.get("results_by_k")                     # benchmarks/ablation_eval.py: one file, several K
+    r = by_k[str(k)][key] if by_k else data["results"][key]
+    k = k if by_k else data["settings"]["k"]
     agree = r.get("agreement_all_positions") or []
-    return {"lever": lever, "arm": arm, "what": what, "method": r["method"], "k": data["settings"]["k"],
+    extra = {"acceptance_length_by_k": {kk: res[key]["acceptance_length"] for kk, res in by_k.items()}} if by_k else {}
+    return {"lever": lever, "arm": arm, "what": what, "method": r["method"], "k": k,
             "num_prompts": data["settings"]["num_prompts"], "prompts": data["settings"]["prompts"],
             "acceptance_length": r["acceptance_length"], "acceptance_per_position": r["acceptance_per_position"],
             "second_draft_agreement": agree[1] if len(agree) > 1 else None, "source": f"benchmarks/results/{file}",
-            "drafter_key": key}
+            "drafter_key": key, **extra}
 
 
 def build() -> dict:

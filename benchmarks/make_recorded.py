@@ -80,8 +80,18 @@ def gpu_speed() -> dict:
             "transformers_static_cache_tokens_per_s": hf[0]["tokens_per_s"] if hf else None}
 
 
+def ablation() -> dict:
+    """The P-EAGLE ablation at 135M: AL at K=7 (and at K=3/5 where replayed) per lever and arm."""
+    r = _raw("ablation_135m.json")
+    keep = ("lever", "arm", "method", "k", "acceptance_length", "acceptance_per_position", "second_draft_agreement",
+            "acceptance_length_by_k")
+    return {"source": "benchmarks/results/ablation_135m.json", "what": r["what"],
+            "rows": [{k: row[k] for k in keep if k in row} for row in r["rows"]],
+            "not_measured": [row["lever"] for row in r["not_measured"]]}
+
+
 RECORDED = {f.__name__: f for f in (acceptance_by_category, drafter_size, objective_ab, train_memory_8b, kernel_timings,
-                                    gpu_speed)}
+                                    gpu_speed, ablation)}
 
 
 def render(name: str) -> str:

@@ -266,7 +266,54 @@ def finetune_ab_section(path: Path, r: dict) -> list[str]:
     return lines + ["", f"MT-Bench AL at K=7, all 80 prompts (`{r['replay']}`): {al}. {r['conclusion']}.", ""]
 
 
-SECTIONS = {"device_finetune_": finetune_ab_section, "replay_": replay_section, "train_step_": train_step_section, "kernel_": kernel_section, "train_memory_": memory_section, "drafter_forward_": drafter_forward_section}
+def ablation_section(path: Path, r: dict) -> list[str]:
+    """`benchmarks/ablation.py`: one row per lever and arm, AL at K=7 (and at K=3/5 where replayed)."""
+    lines = [f"## `{path.name}`", "", f"- date: {r['date']}; machine: {r['machine']}", f"- command: `{r['command']}`",
+             f"- {r['what']}", "", "| lever | arm | method | AL (K=7) | AL at K=3 / 5 / 7 | second-draft agreement | source |",
+             "|---|---|---|---|---|---|---|"]
+    for x in r["rows"]:
+        by_k = " / ".join(f"{v:.3f}" for _, v in sorted(x.get("acceptance_length_by_k", {}).items(), key=lambda kv: int(kv[0])))
+        lines.append(f"| {x['lever']} | {x['arm']} | {x['method']} | {x['acceptance_length']:.3f} | {by_k or '-'} | "
+                     f"{_f(x['second_draft_agreement'], '.3f')} | [`{x['source'].rsplit('/', 1)[-1]}`](results/{x['source'].rsplit('/', 1)[-1]}) |")
+    lines += ["", "Not measured yet:", ""] + [f"- {x['lever']}: {x['why']}" for x in r["not_measured"]]
+    return lines + [""]
+
+
+def ablation_eval_section(path: Path, r: dict) -> list[str]:
+    """`benchmarks/ablation_eval.py`: several drafters replayed at several K on the same greedy replies."""
+    st = r["settings"]
+    ks = [str(k) for k in st["ks"]]
+    lines = [f"## `{path.name}`", "", f"- date: {r['date']}; machine: {r['machine']}", f"- command: `{r['command']}`",
+             f"- {st['prompts']}, first {st['num_prompts']} prompts, {st['max_new_tokens']} new tokens, T=0; greedy replies "
+             f"{st['replies_seconds']} s", "",
+             "| drafter | method | " + " | ".join(f"AL K={k}" for k in ks) + f" | acceptance per position (K={ks[-1]}) | "
+             "second-draft agreement |", "|---|---|" + "---|" * len(ks) + "---|---|"]
+    for name in r["results_by_k"][ks[-1]]:
+        top = r["results_by_k"][ks[-1]][name]
+        pos = ", ".join(f"{a:.2f}" for a in top["acceptance_per_position"])
+        als = " | ".join(f"{r['results_by_k'][k][name]['acceptance_length']:.3f}" for k in ks)
+        lines.append(f"| {name} | {top['method']} | {als} | {pos} | {_f(top['agreement_all_positions'][1], '.3f')} |")
+    return lines + [""]
+
+
+def recipe_run_section(path: Path, r: dict) -> list[str]:
+    """A recipe run on the device: calls, data, and per arm its command, steps and validation AL curve."""
+    if "runs" not in r:
+        return generic_section(path, r)
+    lines = [f"## `{path.name}`", "", f"- date: {r['date']}; machine: {r['machine']}", f"- {r['what']}",
+             f"- data: {r['data']['source']}: {r['data']['samples']:,} samples, {r['data']['reply_tokens']:,} reply tokens",
+             f"- recipe: `{r['recipe']}`", "- device calls:"] + [f"  - {c}" for c in r["device_calls"]]
+    lines += ["", "| arm | what | steps | epochs | s/step | validation AL (K=7, 10 prompts) by step | command |",
+              "|---|---|---|---|---|---|---|"]
+    for run in r["runs"]:
+        curve = ", ".join(f"{s}: {a:.3f}" for s, a in run["validation_al_k7_10_prompts"])
+        lines.append(f"| {run['name']} | {run['what']} | {run['exported_step']} | {run['epochs']} | "
+                     f"{run['seconds_per_step_median']} | {curve} | `{run['command']}` |")
+    return lines + ["", r["reading"], ""]
+
+
+SECTIONS = {"ablation_eval_": ablation_eval_section, "ablation_": ablation_section, "device_recipe_": recipe_run_section,
+            "device_finetune_": finetune_ab_section, "replay_": replay_section, "train_step_": train_step_section, "kernel_": kernel_section, "train_memory_": memory_section, "drafter_forward_": drafter_forward_section}
 
 
 def file_section(path: Path, r: dict) -> list[str]:
@@ -282,7 +329,11 @@ def file_section(path: Path, r: dict) -> list[str]:
         return vllm_section(path, r)
     if "results" in r and "settings" in r:
         return bench_section(path, r)
-    # A record without a renderer of its own: date, machine and question, then every field, folded.
+    return generic_section(path, r)
+
+
+def generic_section(path: Path, r: dict) -> list[str]:
+    """A record without a renderer of its own: date, machine and question, then every field, folded."""
     return [f"## `{path.name}`", "", f"- date: {r.get('date')}; machine: {r.get('machine')}", f"- {r.get('what', '')}",
             "", "<details><summary>all fields</summary>", "", "```json",
             json.dumps({k: v for k, v in r.items() if k not in ("date", "machine", "what")}, indent=1), "```", "",
@@ -330,6 +381,13 @@ TOPICS = [
       "train_step_h200.json": "a training step with the target's pass in fp32 vs bf16",
       "train_memory_h200.json": "sequence partitioning at 8B scale: memory and step time"},
      {}, ["flex_cuda_tests_h200.log"]),
+    ("P-EAGLE recipe and its ablation", "peagle-recipe.md",
+     {"ablation_135m.json": "the ablation table at 135M: AL per lever, arms trained side by side",
+      "ablation_eval_recipe_mtbench80.json": "the recipe run's arms and the shipped pair at K=3/5/7, all 80 MT-Bench prompts",
+      "device_recipe_2026-12-01h.json": "the recipe run: four arms side by side on 4,119 multi-turn samples"},
+     {"device_recipe_2026-12-01g.json": ""},
+     ["logs/recipe-h-train-peagleR.log", "logs/recipe-h-train-peagleM0.log", "logs/recipe-h-train-peagleF16.log",
+      "logs/recipe-h-train-eagleR.log"]),
     ("Kernel", "kernel-timings.md",
      {"kernel_h200_2026-12-01b.json": "the Triton kernel vs its torch reference and an empty launch (launch shape by request length)",
       "kernel_h200.json": "the same, first run"},

@@ -155,8 +155,12 @@ def test_ablation_table_schema_and_sources():
         assert {"lever", "arm", "method", "k", "num_prompts", "acceptance_length", "acceptance_per_position",
                 "second_draft_agreement", "source", "drafter_key"} <= set(r)
         assert r["method"] in ("eagle", "peagle") and r["num_prompts"] == 80 and len(r["acceptance_per_position"]) == r["k"]
-        src = json.loads((root / r["source"]).read_text())["results"][r["drafter_key"]]
+        raw = json.loads((root / r["source"]).read_text())
+        by_k = raw.get("results_by_k")                                  # benchmarks/ablation_eval.py: several K per file
+        src = by_k[str(r["k"])][r["drafter_key"]] if by_k else raw["results"][r["drafter_key"]]
         assert src["acceptance_length"] == r["acceptance_length"]
+        for k, al in r.get("acceptance_length_by_k", {}).items():
+            assert by_k[k][r["drafter_key"]]["acceptance_length"] == al
         assert abs(1 + sum(r["acceptance_per_position"]) - r["acceptance_length"]) < 2e-3
         levers.setdefault(r["lever"], []).append(r["arm"])
     assert all(len(arms) >= 2 for arms in levers.values())              # a lever compares at least two arms
@@ -176,3 +180,30 @@ def test_materialise_command_prints_the_folder_vllm_loads(target, tmp_path, caps
     row = load_file(str(stored / "model.safetensors"))["mask_embedding"][0]
     assert out != stored and torch.equal(emb[16], row.to(emb.dtype))
     assert torch.equal(emb[17], target.model.get_input_embeddings().weight[17].detach().cpu())
+
+
+def test_ablation_eval_several_k_equals_one_eval_per_k(target, tmp_path):
+    """benchmarks/ablation_eval.py replays every K on replies made once for the largest K, cut to length: the
+    same numbers as evaluating each K on its own replies (greedy replies are prefix-stable)."""
+    import importlib.util
+    from pathlib import Path
+
+    from peagle_lab.drafters_registry import drafter_for
+    from peagle_lab.evaluate import evaluate_drafters, greedy_replies
+    from peagle_lab.prompts import load_prompts
+
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("ablation_eval", root / "benchmarks" / "ablation_eval.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    out = mod.main(["peagle-smollm2", "eagle-smollm2", "--ks", "2", "4", "--num-prompts", "2", "--max-new-tokens", "12",
+                    "--json", str(tmp_path / "abl.json")])
+    assert json.loads((tmp_path / "abl.json").read_text())["results_by_k"] == json.loads(json.dumps(out["results_by_k"]))
+    prompts = [target.chat_ids(p) for p in load_prompts("mt-bench", 2)]
+    drafters = {name: drafter_for(target, method)[0] for name, method in (("peagle-smollm2", "peagle"), ("eagle-smollm2", "eagle"))}
+    for k in (2, 4):
+        replies = greedy_replies(target, prompts, k=k, max_new_tokens=12)
+        alone = evaluate_drafters(target, drafters, prompts, replies, k=k, max_new_tokens=12)
+        for name in drafters:
+            assert out["results_by_k"][str(k)][name]["acceptance_length"] == alone[name]["acceptance_length"], (k, name)
+            assert out["results_by_k"][str(k)][name]["acceptance_per_position"] == alone[name]["acceptance_per_position"]
