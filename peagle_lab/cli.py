@@ -75,7 +75,7 @@ def cmd_bench(args) -> int:
                        max_new_tokens=args.max_new_tokens, temperature=args.temperature, target_name=args.target,
                        eagle_drafter=args.eagle_drafter, peagle_drafter=args.peagle_drafter, seed=args.seed,
                        batch_sizes=args.batch_size, spread=args.spread, engine=args.engine, device=args.device,
-                       dtype=args.dtype, hbm_bytes_per_s=args.hbm_gbps * 1e9)
+                       dtype=args.dtype, hbm_bytes_per_s=args.hbm_gbps * 1e9, time_budget_s=args.time_budget)
     result["command"] = "peagle-lab " + " ".join(args.argv)
     result["info"] = collect(count_prompts=False)
     write_json(result, args.json)
@@ -395,6 +395,9 @@ def add_bench_parser(sub) -> None:
                    help="auto: fast (static caches, CUDA graphs) on CUDA, teaching on CPU; fast is greedy, batch 1")
     s.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
                    help="target and drafter weights (float32 on CPUs without native bf16)")
+    s.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
+                   help="start no new round of prompts after this many seconds (loading included); rows report the "
+                        "prompts actually run (a round is lcm(batch sizes) prompts; the first always runs)")
     s.add_argument("--hbm-gbps", type=float, default=4800.0,
                    help="memory bandwidth (GB/s) for the memory floor on CUDA (default: H200, 4800)")
     s.add_argument("--json", default=None, help="also write the result to this file")
@@ -445,8 +448,8 @@ def add_regenerate_parser(sub) -> None:
     s.add_argument("--target", default=None)
     s.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda")
     s.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
-                   help="the target's weights while it writes the replies (bfloat16: about 2x faster on a GPU; "
-                        "float32 on CPUs without native bf16)")
+                   help="the target's weights while it writes the replies (default float32; bfloat16 is faster on "
+                        "a GPU, emulated and slower on CPUs without native bf16)")
     s.set_defaults(fn=cmd_regenerate)
 
 
