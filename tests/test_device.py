@@ -34,11 +34,16 @@ def test_cli_device_defaults_to_auto(command):
     assert build_parser().parse_args(command).device == "auto"
 
 
-def test_target_load_auto(target):
+def test_target_load_auto_and_the_batch_engine_there(target):
+    """Target.load(device="auto") lands where resolve_device says; the engines, batched too, run where the target is."""
+    from peagle_lab.batch_engine import generate_batch
+
     auto = Target.load(device="auto")
     assert auto.device.type == HERE
-    ids = target.chat_ids("Hi")
-    assert auto.generate(ids, 3).tokens == target.generate(ids, 3).tokens
+    prompts = [target.chat_ids("Hi"), target.chat_ids("Name a colour.")]
+    alone = [target.generate(ids, 3).tokens for ids in prompts]
+    assert [auto.generate(ids, 3).tokens for ids in prompts] == alone
+    assert [r.tokens for r in generate_batch(auto, prompts, method="ar", max_new_tokens=3).results] == alone
 
 
 def test_regenerate_bfloat16_writes_valid_shards(target, tmp_path, capsys):

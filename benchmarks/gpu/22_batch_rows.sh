@@ -56,7 +56,7 @@ while [ $# -gt 0 ]; do
 import json, sys
 for r in json.load(open(sys.argv[1]))["results"]:
     print(f"  B={r['batch_size']:<3} {r['engine']:17s} {r['method']:6s} k={r['k']!s:4s} {r['tokens_per_s']:8.1f} tok/s  "
-          f"AL {r['acceptance_length'] or 0:.2f}  identical {r['identical_to_ar']}  prompts {r['num_prompts']}")
+          f"AL {'-' if r['acceptance_length'] is None else round(r['acceptance_length'], 2)}  identical {r['identical_to_ar']}  prompts {r['num_prompts']}")
 EOF
 done
 
