@@ -33,7 +33,7 @@ from .engine import METHODS, SpecResult, Step, StepTimes, _finish
 from .drafting import require_parallel
 from .kernels.batched import drafter_inputs, request_attention_mask
 from .stats import AcceptanceStats
-from .verify import verify_greedy
+from .verify import verify_greedy_batch
 
 
 @dataclass
@@ -220,10 +220,7 @@ def step(req: _Requests, rows: RaggedCache, pool: DraftPool | None, drafter, dra
     before = rows.lengths.clone()
     verify_in = torch.cat([bonus[:, None], drafts], dim=1)                    # (R, K+1)
     out = rows.forward(verify_in, aux=req.spec)                               # logits (R, K+1, V)
-    logits = out.logits.cpu()                                                 # (R, K+1, V)
-    decided = [verify_greedy(drafts[i], logits[i]) for i in range(len(live))]
-    n = torch.tensor([d[0] for d in decided])
-    bonus = torch.tensor([d[1] for d in decided])
+    n, bonus = verify_greedy_batch(drafts, out.logits)                        # (R,) accepted, (R,) next token
     rows.commit(1 + n)
     t3 = time.perf_counter()
     still = [i for i, r in enumerate(live) if not req.accept(r, drafts[i], int(n[i]), int(bonus[i]))]

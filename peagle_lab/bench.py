@@ -11,7 +11,9 @@ Engines (batch 1, greedy): ``teaching`` is :func:`peagle_lab.engine.generate`, t
 per-step time split (target verify, drafting, host) and, on CUDA, the launch and memory floors.
 ``auto`` picks fast on CUDA and teaching on the CPU: on a CPU the verify forward dominates and
 the teaching engine is what the notebooks explain; on a GPU the teaching engine only measures
-Python launch overhead.
+Python launch overhead. Rows with B > 1 always run the batched teaching engine
+(:func:`peagle_lab.batch_engine.generate_batch`; the fast engine is batch 1) and say so:
+``"engine": "teaching-batched"``.
 """
 from __future__ import annotations
 
@@ -24,10 +26,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import torch
 from tqdm.auto import tqdm
 
 from .drafter import load_drafter
+from .device import DTYPES, resolve_device
 from .drafters_registry import shipped
 from .batch_engine import generate_batch
 from .engine import StepTimes, generate
@@ -40,7 +42,6 @@ from .target import Target
 
 BENCH_METHODS = ("ar", "hf", "eagle", "peagle")
 ENGINES = ("auto", "teaching", "fast")
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 DEFAULT_DRAFTERS = {"eagle": "eagle-smollm2", "peagle": "peagle-smollm2"}
 
 
@@ -57,15 +58,6 @@ class _Row:
     times: dict = field(default_factory=lambda: {"prefill": 0.0, "draft": 0.0, "verify": 0.0, "bookkeeping": 0.0})
     steps: int = 0
     error: str | None = None
-
-
-def resolve_device(device: str) -> str:
-    """``auto`` = CUDA when present, else CPU; anything else passes through (checked)."""
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise SystemExit(f"--device {device}: no CUDA device here; use --device cpu (or auto)")
-    return device
 
 
 def resolve_engine(engine: str, device: str) -> str:
@@ -139,6 +131,9 @@ def run_bench(*, methods, ks, prompts: str, num_prompts: int, max_new_tokens: in
     prompt_ids = [target.chat_ids(p) for p in load_prompts(prompts, num_prompts, spread=spread)]
     if not prompt_ids:
         raise SystemExit(f"no prompts in {prompts}")
+    if len(prompt_ids) < batch_sizes[-1]:
+        print(f"bench: only {len(prompt_ids)} prompts, so --batch-size {batch_sizes[-1]} decodes {len(prompt_ids)} at once",
+              file=sys.stderr)
     if max_len is None:
         max_len = max(len(p) for p in prompt_ids) + max_new_tokens + max(ks, default=1) + 1
 
@@ -238,7 +233,8 @@ def run_bench(*, methods, ks, prompts: str, num_prompts: int, max_new_tokens: in
                         row.times[key] += value
     results = []
     for row in rows:
-        row_engine = "fast" if fast(row) else ("hf" if row.method == "hf" else "teaching")
+        row_engine = ("fast" if fast(row) else "hf" if row.method == "hf"
+                      else "teaching-batched" if row.batch_size > 1 else "teaching")
         results.append({
             "method": row.method, "k": row.k, "batch_size": row.batch_size, "engine": row_engine,
             "tokens_per_s": row.tokens / row.seconds if row.seconds else 0.0,

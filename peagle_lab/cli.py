@@ -75,7 +75,7 @@ def cmd_bench(args) -> int:
                        max_new_tokens=args.max_new_tokens, temperature=args.temperature, target_name=args.target,
                        eagle_drafter=args.eagle_drafter, peagle_drafter=args.peagle_drafter, seed=args.seed,
                        batch_sizes=args.batch_size, spread=args.spread, engine=args.engine, device=args.device,
-                       dtype=args.dtype, hbm_bytes_per_s=args.hbm_gbps * 1e9)
+                       dtype=args.dtype, hbm_bytes_per_s=args.hbm_gbps * 1e9, time_budget_s=args.time_budget)
     result["command"] = "peagle-lab " + " ".join(args.argv)
     result["info"] = collect(count_prompts=False)
     write_json(result, args.json)
@@ -119,11 +119,12 @@ def cmd_vllm_bench(args) -> int:
 
 
 def cmd_regenerate(args) -> int:
+    from .device import DTYPES
     from .prompts import load_prompts
     from .target import Target
     from .train.data import regenerate, regenerate_conversations
 
-    target = Target.load(args.target, device=args.device)
+    target = Target.load(args.target, device=args.device, dtype=DTYPES[args.dtype])
     if args.all_turns:                                   # every human turn, answered turn by turn
         from .prompts import load_conversations
 
@@ -161,14 +162,15 @@ def _train_config(args, **overrides):
 def cmd_train(args) -> int:
     import torch
 
+    from .device import resolve_device
     from .target import Target
     from .train.data import load_samples
     from .train.trainer import Trainer, finish_distributed, init_distributed, rank_and_world
     from .train.vocab import build_draft_vocab, token_counts
 
-    # under torchrun: join the group (NCCL on GPUs, one per process; gloo on CPUs, or with PEAGLE_DIST_BACKEND=gloo)
-    # and train on this process's GPU; otherwise a no-op
-    device = init_distributed(args.device)
+    # "auto" -> CUDA when present; under torchrun: join the group (NCCL on GPUs, one per process; gloo on CPUs, or
+    # with PEAGLE_DIST_BACKEND=gloo) and train on this process's GPU; otherwise a no-op
+    device = init_distributed(resolve_device(args.device))
     t0 = time.perf_counter()
 
     def mark(what: str) -> None:                        # start-up phases, timed (a slow one shows up in the log)
@@ -392,6 +394,9 @@ def add_bench_parser(sub) -> None:
                    help="auto: fast (static caches, CUDA graphs) on CUDA, teaching on CPU; fast is greedy, batch 1")
     s.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
                    help="target and drafter weights (float32 on CPUs without native bf16)")
+    s.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
+                   help="start no new round of prompts after this many seconds (loading included); rows report the "
+                        "prompts actually run (a round is lcm(batch sizes) prompts; the first always runs)")
     s.add_argument("--hbm-gbps", type=float, default=4800.0,
                    help="memory bandwidth (GB/s) for the memory floor on CUDA (default: H200, 4800)")
     s.add_argument("--json", default=None, help="also write the result to this file")
@@ -440,7 +445,10 @@ def add_regenerate_parser(sub) -> None:
     s.add_argument("--temperature", type=float, default=0.0)
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--target", default=None)
-    s.add_argument("--device", default="cpu")
+    s.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda")
+    s.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
+                   help="the target's weights while it writes the replies (default float32; bfloat16 is faster on "
+                        "a GPU, emulated and slower on CPUs without native bf16)")
     s.set_defaults(fn=cmd_regenerate)
 
 
@@ -505,7 +513,7 @@ def add_train_parser(sub) -> None:
                         "(no gain after 60 CPU steps: benchmarks/results/head_init_ab_cpu.json)")
     s.add_argument("--seed", type=int, default=D.seed)
     s.add_argument("--target", default=None)
-    s.add_argument("--device", default="cpu")
+    s.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda")
     s.set_defaults(fn=cmd_train)
 
 
@@ -532,7 +540,7 @@ def add_eval_parser(sub) -> None:
     _add_prompt_args(s, num_prompts=80, count=_positive, num_help="prompts to score (default 80: all of MT-Bench)")
     s.add_argument("--k", type=_positive, default=7, help="draft tokens per step")
     s.add_argument("--target", default=None)
-    s.add_argument("--device", default="cpu")
+    s.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda")
     s.add_argument("--json", default=None, help="also write the results to this file")
     s.set_defaults(fn=cmd_eval)
 

@@ -20,6 +20,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from . import kvcache
 from .assets import resolve_target
+from .device import resolve_device
 from .sampling import choose
 
 
@@ -68,10 +69,13 @@ class Target:
     @classmethod
     def load(cls, name_or_path: str | None = None, *, dtype: torch.dtype = torch.float32,
              device: str | torch.device = "cpu", aux_layer_ids: tuple[int, ...] | None = None) -> "Target":
-        """Load a target by HF id or folder; ``None`` = the embedded SmolLM2-135M-Instruct."""
+        """Load a target by HF id or folder; ``None`` = the embedded SmolLM2-135M-Instruct.
+
+        ``device``: ``"cpu"``, ``"cuda"``, ... or ``"auto"`` (CUDA when present; :mod:`peagle_lab.device`).
+        ``dtype``: the weights' dtype (float32 on CPUs without native bf16; bf16 halves a GPU's weight reads)."""
         path = resolve_target(name_or_path)
         tokenizer = AutoTokenizer.from_pretrained(path)
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(resolve_device(device))
         return cls(model, tokenizer, aux_layer_ids)
 
     @property

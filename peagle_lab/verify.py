@@ -25,6 +25,16 @@ def verify_greedy(draft_tokens: torch.Tensor, target_logits: torch.Tensor) -> tu
     return n, int(choice[n])
 
 
+def verify_greedy_batch(draft_tokens: torch.Tensor, target_logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The same rule for R requests at once: ``draft_tokens (R, K)``, ``target_logits (R, K+1, V)`` ->
+    ``(n (R,), next token (R,))`` on the CPU. The argmax runs where the logits are, so only ``(R, K+1)``
+    token ids cross to the host (not ``R (K+1) V`` logits: 100 MB a step at R=64, K=7 on SmolLM2)."""
+    choice = target_logits.argmax(-1).cpu()                                 # (R, K+1)
+    match = (draft_tokens.cpu() == choice[:, :-1]).int()                    # (R, K)
+    n = match.cumprod(1).sum(1)                                             # (R,) accepted per request
+    return n, choice.gather(1, n[:, None])[:, 0]
+
+
 def verify_sampling(draft_tokens: torch.Tensor, draft_probs: torch.Tensor, target_probs: torch.Tensor,
                     generator: torch.Generator | None = None) -> tuple[int, int]:
     """Rejection sampling. ``draft_probs (K, V)``, ``target_probs (K+1, V)`` -> (n, next token)."""

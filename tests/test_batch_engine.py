@@ -4,6 +4,8 @@ Requests in a batch accept different numbers of drafts per step and finish at di
 so these tests also pin the ragged target cache (one forward, per-row cache lengths) and the
 drafter's pooled cache against per-request runs.
 """
+import json
+
 import pytest
 import torch
 
@@ -12,6 +14,7 @@ from peagle_lab import batch_engine
 from peagle_lab.batch_cache import RaggedCache
 from peagle_lab.batch_engine import generate_batch
 from peagle_lab.engine import generate
+from peagle_lab.verify import verify_greedy, verify_greedy_batch
 
 BUDGETS = [10, 4, 7]                      # different max_new_tokens: requests leave the batch at different steps
 
@@ -147,9 +150,117 @@ def test_bench_batch_size_rows(target):
     assert rows[("ar", None, 1)]["identical_to_ar"] is None                  # the reference itself
     assert all(x["identical_to_ar"] is True for key, x in rows.items() if key != ("ar", None, 1))
     assert {x["new_tokens"] for x in rows.values()} == {9} and out["settings"]["batch_size"] == [1, 2]
+    assert {key: x["engine"] for key, x in rows.items()} == {                  # CPU: --engine auto = teaching
+        ("ar", None, 1): "teaching", ("peagle", 2, 1): "teaching",
+        ("ar", None, 2): "teaching-batched", ("peagle", 2, 2): "teaching-batched"}
     with pytest.raises(SystemExit, match="--batch-size 1"):
         run_bench(methods=["hf"], ks=[2], prompts="mt-bench", num_prompts=2, max_new_tokens=2, target=target,
                   batch_sizes=[2])
     with pytest.raises(SystemExit, match="greedy only"):
         run_bench(methods=["ar"], ks=[2], prompts="mt-bench", num_prompts=2, max_new_tokens=2, target=target,
                   batch_sizes=[1, 2], temperature=0.5)
+
+
+def test_bench_cli_batch_rows_beside_the_fast_engine(target, tmp_path, capsys, monkeypatch):
+    """`bench --engine fast --batch-size 1,3` (what --engine auto does on CUDA), small, on the CPU: batch-1 rows
+    run the fast engine, larger batches the batched teaching engine, and the rows say which."""
+    from peagle_lab.cli import main
+    from peagle_lab.target import Target
+
+    asked = []
+    monkeypatch.setattr(Target, "load", classmethod(lambda cls, name=None, **kw: asked.append(kw) or target))
+    out = tmp_path / "bench.json"
+    assert main(["bench", "--methods", "ar,peagle", "--k", "2", "--num-prompts", "2", "--spread", "--max-new-tokens", "3",
+                 "--batch-size", "1,3", "--engine", "fast", "--device", "cpu", "--json", str(out)]) == 0
+    assert asked == [{"dtype": torch.float32, "device": "cpu"}]
+    assert "decodes 2 at once" in capsys.readouterr().err                  # batch 3 > 2 prompts: said, not hidden
+    result = json.loads(out.read_text())
+    rows = {(x["method"], x["batch_size"]): x for x in result["results"]}
+    assert set(rows) == {(m, b) for m in ("ar", "peagle") for b in (1, 3)}
+    for (method, b), row in rows.items():
+        assert row["engine"] == ("fast" if b == 1 else "teaching-batched"), (method, b)
+        assert row["new_tokens"] == 6 and row["num_prompts"] == 2
+        if (method, b) != ("ar", 1):
+            assert row["identical_to_ar"] is True, (method, b)
+        if method == "peagle":
+            assert 1 <= row["acceptance_length"] <= 3 and len(row["acceptance_per_position"]) == 2
+    assert result["settings"]["device"] == "cpu" and result["settings"]["batch_size"] == [1, 3]
+
+
+def test_verify_greedy_batch_equals_verify_greedy_per_row():
+    """The batched engine's vectorised rule == verify_greedy row by row (ragged acceptance, K = 0 for AR)."""
+    g = torch.Generator().manual_seed(0)
+    for k in (0, 1, 3, 6):
+        logits = torch.randn(9, k + 1, 11, generator=g)                              # (R, K+1, V)
+        drafts = logits[:, :k].argmax(-1)                                            # all accepted ...
+        for r in range(9):                                                           # ... until row r's cut
+            cut = r % (k + 1)
+            if cut < k:
+                drafts[r, cut] = (drafts[r, cut] + 1 + int(torch.randint(0, 9, (1,), generator=g))) % 11
+        n, nxt = verify_greedy_batch(drafts, logits)
+        assert [(int(a), int(b)) for a, b in zip(n, nxt)] == [verify_greedy(drafts[r], logits[r]) for r in range(9)]
+
+
+cuda_only = pytest.mark.skipif(not torch.cuda.is_available(),
+                               reason="needs a CUDA device: the compiled Triton kernel (on the CPU the kernel runs in "
+                                      "Triton's interpreter, tests/test_kernels.py)")
+
+
+@pytest.fixture(scope="module")
+def cuda_target(target):
+    """The session's target when PEAGLE_TEST_DEVICE=cuda put it there, else a float32 copy loaded on CUDA."""
+    from peagle_lab.target import Target
+
+    return target if target.device.type == "cuda" else Target.load(device="cuda")
+
+
+@cuda_only
+@pytest.mark.parametrize("method", ["eagle", "peagle"])
+def test_cuda_batch_runs_the_compiled_kernel_and_equals_each_request_alone(cuda_target, mtbench_ids, method,
+                                                                           monkeypatch):
+    """On CUDA the batched engine lays out the drafter's input with the compiled kernel (never the interpreter),
+    and every request's greedy output, drafts and acceptance equal what it gets alone (= AR)."""
+    from triton.runtime.interpreter import InterpretedFunction
+    from triton.runtime.jit import JITFunction
+
+    from peagle_lab.drafters_registry import drafter_for
+    from peagle_lab.kernels import triton_kernel
+
+    launched = []
+    real = triton_kernel.compiled
+
+    def spy(interpret):
+        fn = real(interpret)
+        launched.append((interpret, fn))
+        return fn
+
+    monkeypatch.setattr(triton_kernel, "compiled", spy)
+    target, prompts, k = cuda_target, _prompts(mtbench_ids), 3
+    drafter = drafter_for(target, method)[0]
+    assert drafter.fc.weight.is_cuda
+    batch = generate_batch(target, prompts, method=method, drafter=drafter, k=k, max_new_tokens=BUDGETS)
+    assert launched, "the batched engine never launched the Triton kernel on CUDA"
+    assert all(interpret is False and isinstance(fn, JITFunction) and not isinstance(fn, InterpretedFunction)
+               for interpret, fn in launched)
+    for r, (ids, n) in enumerate(zip(prompts, BUDGETS)):
+        alone = generate(target, ids, method=method, drafter=drafter, k=k, max_new_tokens=n)
+        ar = target.generate(ids, n).tokens
+        got = batch.results[r]
+        assert got.tokens == alone.tokens == ar, r
+        assert [(s.drafts, s.accepted) for s in got.steps] == [(s.drafts, s.accepted) for s in alone.steps], r
+        assert got.acceptance.to_dict() == alone.acceptance.to_dict()
+
+
+@cuda_only
+def test_cuda_bench_batch_rows(cuda_target):
+    """`bench --device cuda --batch-size 1,2,3`: batch 1 on the fast engine, batches on the batched teaching engine."""
+    from peagle_lab.bench import run_bench
+
+    out = run_bench(methods=["ar", "eagle", "peagle"], ks=[3], prompts="mt-bench", num_prompts=3, spread=True,
+                    max_new_tokens=16, target=cuda_target, batch_sizes=[1, 2, 3], progress=False)
+    for row in out["results"]:
+        assert row["engine"] == ("fast" if row["batch_size"] == 1 else "teaching-batched"), row
+        assert row["new_tokens"] > 0 and row["tokens_per_s"] > 0
+        if (row["method"], row["batch_size"]) != ("ar", 1):
+            assert row["identical_to_ar"] is True, row
+    assert out["settings"]["device"].startswith("cuda") and out["settings"]["engine"] == "fast"

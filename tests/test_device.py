@@ -1,0 +1,70 @@
+"""``device="auto"`` is decided in one place (peagle_lab.device), the command line defaults to it, and
+``regenerate --dtype bfloat16`` writes the same kind of shards as float32."""
+import json
+
+import pytest
+import torch
+
+from peagle_lab.cli import build_parser, main
+from peagle_lab.device import resolve_device
+from peagle_lab.target import Target
+from peagle_lab.train.data import load_samples
+
+HERE = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def test_resolve_device():
+    assert resolve_device("auto") == resolve_device(None) == resolve_device() == HERE
+    assert resolve_device("cpu") == resolve_device(torch.device("cpu")) == "cpu"
+    if not torch.cuda.is_available():
+        with pytest.raises(SystemExit, match="--device cpu"):
+            resolve_device("cuda")
+
+
+def test_bench_keeps_its_names():
+    """Notebooks import resolve_device and DTYPES from peagle_lab.bench: the same objects."""
+    from peagle_lab import bench, device
+
+    assert bench.resolve_device is device.resolve_device and bench.DTYPES is device.DTYPES
+
+
+@pytest.mark.parametrize("command", [["bench"], ["eval", "x"], ["regenerate", "--out", "x"],
+                                     ["train", "--data", "x", "--out", "y"]])
+def test_cli_device_defaults_to_auto(command):
+    assert build_parser().parse_args(command).device == "auto"
+
+
+def test_target_load_auto_and_the_batch_engine_there(target):
+    """Target.load(device="auto") lands where resolve_device says; the engines, batched too, run where the target is."""
+    from peagle_lab.batch_engine import generate_batch
+
+    auto = Target.load(device="auto")
+    assert auto.device.type == HERE
+    prompts = [target.chat_ids("Hi"), target.chat_ids("Name a colour.")]
+    alone = [target.generate(ids, 3).tokens for ids in prompts]
+    assert [auto.generate(ids, 3).tokens for ids in prompts] == alone
+    assert [r.tokens for r in generate_batch(auto, prompts, method="ar", max_new_tokens=3).results] == alone
+
+
+def test_regenerate_bfloat16_writes_valid_shards(target, tmp_path, capsys):
+    """`regenerate --dtype bfloat16` (a GPU's ~2x faster choice; emulated on this CPU): shards that load and
+    hold each chat-templated prompt followed by a reply of at most --max-new-tokens real token ids."""
+    from peagle_lab.prompts import load_prompts
+
+    argv = ["regenerate", "--prompts", "mt-bench", "--num-prompts", "3", "--max-new-tokens", "4", "--batch-size", "2",
+            "--shard-size", "2", "--dtype", "bfloat16", "--out", str(tmp_path)]
+    assert build_parser().parse_args(argv[:-2] + ["--out", "x"]).dtype == "bfloat16"
+    assert build_parser().parse_args(["regenerate", "--out", "x"]).dtype == "float32"
+    assert main(argv) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == {"out": str(tmp_path), "shards": 2, "prompts": 3}
+    assert sorted(p.name for p in tmp_path.glob("shard-*.pt")) == ["shard-00000.pt", "shard-00001.pt"]
+    raw = torch.load(tmp_path / "shard-00000.pt", weights_only=True)
+    assert all(s["ids"].dtype == torch.int32 for s in raw)
+    samples = load_samples(tmp_path)
+    assert len(samples) == 3
+    for text, s in zip(load_prompts("mt-bench", 3), samples):
+        assert s.ids[: s.prompt_len].tolist() == target.chat_ids(text)
+        reply = s.ids[s.prompt_len:]
+        assert 1 <= reply.numel() <= 4 and int(reply.min()) >= 0 and int(reply.max()) < target.vocab_size
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["regenerate", "--out", "x", "--dtype", "float64"])
