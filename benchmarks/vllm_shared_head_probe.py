@@ -20,7 +20,8 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 from peagle_lab.target import Target
-from peagle_lab.drafter import DrafterConfig, init_drafter, save_drafter, load_drafter
+from peagle_lab.drafter import DrafterConfig, init_drafter
+from peagle_lab.checkpoint import save_drafter, load_drafter
 from peagle_lab.train.data import load_samples
 from peagle_lab.train.trainer import TrainConfig, Trainer
 from peagle_lab.engine import generate

@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from .drafter import load_drafter
+from .checkpoint import load_drafter
 from .drafters_registry import shipped
 from .batch_engine import generate_batch
 from .engine import StepTimes, generate

@@ -51,7 +51,7 @@ def cmd_info(args) -> int:
 
 
 def cmd_generate(args) -> int:
-    from .drafter import load_drafter
+    from .checkpoint import load_drafter
     from .engine import generate
     from .target import Target
 
@@ -182,7 +182,7 @@ def cmd_train(args) -> int:
     init = None
     shape = {}                                          # settings --init-from and --share-lm-head decide
     if args.init_from:                                   # fine-tune an exported drafter: its shape and vocabulary
-        from .drafter import load_drafter
+        from .checkpoint import load_drafter
 
         init = load_drafter(args.init_from, target)
         if init.cfg.parallel_drafting != (args.method == "peagle"):
@@ -230,9 +230,8 @@ def cmd_train(args) -> int:
 
 
 def cmd_export_speculators(args) -> int:
-    from .drafter import load_drafter
+    from .checkpoint import export_speculators, load_drafter
     from .target import Target
-    from .train.export import export_speculators
 
     target = Target.load(args.target)
     drafter = load_drafter(args.drafter, target)
@@ -300,7 +299,7 @@ def cmd_eval(args) -> int:
     import datetime as dt
 
     from .compat import IncompatibleDrafter, check_compatible
-    from .drafter import load_drafter
+    from .checkpoint import load_drafter
     from .evaluate import evaluate_drafters, greedy_replies
     from .prompts import load_categories, load_prompts
     from .target import Target

@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from helpers import tiny_target
-from peagle_lab.drafter import load_drafter
+from peagle_lab.checkpoint import load_drafter
 from peagle_lab.train.data import Sample, load_samples, regenerate
 from peagle_lab.train.trainer import TrainConfig, Trainer
 from peagle_lab.train.vocab import build_draft_vocab, token_counts

@@ -22,7 +22,8 @@ import torch.distributed as dist
 from tqdm.auto import tqdm
 
 from ..atomic import atomic_file
-from ..drafter import DrafterConfig, Eagle3Drafter, init_drafter, save_drafter, vllm_config_dict
+from ..checkpoint import save_drafter, vllm_config_dict
+from ..drafter import DrafterConfig, Eagle3Drafter, init_drafter
 from ..evaluate import replay_prompts
 from ..materialise import FINGERPRINT_KEY, embedding_fingerprint
 from .cod import Elements, cod_sample
