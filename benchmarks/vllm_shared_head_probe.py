@@ -48,7 +48,9 @@ dcfg = DrafterConfig.for_target(target, num_layers=1, draft_vocab_size=target.vo
                                 trained_depth=4, intermediate_size=512, has_embed_tokens=False)
 d = init_drafter(dcfg, target)
 d.set_draft_vocab(ids)
-d.init_head_from_target(target)
+with torch.no_grad():                              # start from the target's own read-out (full vocabulary)
+    d.lm_head.weight.copy_(target.model.get_output_embeddings().weight)
+    d.norm.weight.copy_(target.model.model.norm.weight)
 d.lm_head.weight.requires_grad_(False)            # the target's head, frozen: what vLLM would share
 t0 = time.time()
 tr = Trainer(target, samples, cfg, tempfile.mkdtemp(prefix="probe-shared-run-"), ids, drafter=d)   # fresh: no resume

@@ -467,12 +467,10 @@ def add_train_parser(sub) -> None:
     s.add_argument("--warmup-steps", type=int, default=D.warmup_steps)
     s.add_argument("--checkpoint-every", type=int, default=D.checkpoint_every)
     s.add_argument("--max-minutes", type=float, default=None, help="shorten the run to fit this wall time")
-    s.add_argument("--layout", default=D.layout, choices=["packed", "per_conversation", "padded"],
+    s.add_argument("--layout", default=D.layout, choices=["packed", "padded"],
                    help="how a batch's conversations run (same gradient): a padded batch, one row per conversation "
-                        "(default; the shipped drafters' layout), one packed pass (with --attention flex on CUDA for "
-                        "P-EAGLE), or one conversation at a time")
-    s.add_argument("--attention", default=D.attention, choices=["auto", "dense", "flex"],
-                   help="P-EAGLE mask as a dense tensor or a sparse flex-attention BlockMask (auto: flex on CUDA)")
+                        "(default; the shipped drafters' layout), or one packed pass (P-EAGLE's mask as a sparse "
+                        "flex-attention BlockMask on CUDA; the layout --segments applies to)")
     s.add_argument("--group-by-length", action="store_true",
                    help="batches of similar-length conversations (less padding on a GPU)")
     s.add_argument("--share-lm-head", action="store_true",
@@ -482,9 +480,6 @@ def add_train_parser(sub) -> None:
     s.add_argument("--init-from", default=None,
                    help="start from an exported drafter folder (fine-tuning): its layers, width, vocabulary and depth "
                         "replace --num-layers, --intermediate-size, --draft-vocab-size and --max-depth")
-    s.add_argument("--objective", default=D.objective, choices=["kl", "argmax-ce"],
-                   help="kl: match the target's distribution (greedy and sampled acceptance); argmax-ce: its top "
-                        "token only, what greedy (T=0) acceptance rewards")
     s.add_argument("--mask-token-id", type=int, default=D.mask_token_id,
                    help="P-EAGLE's mask token (default: an id real text never produces; SmolLM2: 16, <empty_output>)")
     s.add_argument("--frozen-mask-embedding", action="store_true",
@@ -497,9 +492,6 @@ def add_train_parser(sub) -> None:
     s.add_argument("--val-set", default="mt-bench", help="prompt set of the validation AL")
     s.add_argument("--val-tokens", type=int, default=128, help="new tokens per validation reply")
     s.add_argument("--val-k", type=int, default=D.val_k, help="K of the validation AL")
-    s.add_argument("--head-init", default=D.head_init, choices=["random", "target"],
-                   help="lm_head and the final norm at random (default) or from the target's rows of the draft vocab "
-                        "(no gain after 60 CPU steps: benchmarks/results/head_init_ab_cpu.json)")
     s.add_argument("--seed", type=int, default=D.seed)
     s.add_argument("--target", default=None)
     s.add_argument("--device", default="cpu")

@@ -343,24 +343,6 @@ class Eagle3Drafter(nn.Module):
         self.t2d.zero_()
         self.t2d[target_ids] = True
 
-    @torch.no_grad()
-    def init_head_from_target(self, target) -> None:
-        """Start ``lm_head`` and the final ``norm`` from the target's own (rows of the draft vocab).
-
-        The drafter's pre-norm output plays the part of the target's last hidden state, so this
-        was meant as a better start than random rows; a 60-step CPU A/B found no gain
-        (``benchmarks/results/head_init_ab_cpu.json``), so training defaults to random. Call after
-        :meth:`set_draft_vocab`.
-        """
-        if self.lm_head is None:
-            raise ValueError("this drafter shares the target's lm_head; there is no head of its own to initialise")
-        ids = self.to_target_ids(torch.arange(self.cfg.draft_vocab_size, device=self.d2t.device))
-        head = target.model.get_output_embeddings().weight
-        self.lm_head.weight.copy_(head[ids.to(head.device)].to(self.lm_head.weight))
-        norm = getattr(getattr(target.model, "model", target.model), "norm", None)
-        if norm is not None and getattr(norm, "weight", None) is not None and norm.weight.shape == self.norm.weight.shape:
-            self.norm.weight.copy_(norm.weight.to(self.norm.weight))
-
     def new_cache(self) -> DrafterCache:
         return DrafterCache(self.cfg.num_layers)
 
