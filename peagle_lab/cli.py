@@ -399,8 +399,8 @@ def add_bench_parser(sub) -> None:
 
 
 def add_vllm_bench_parser(sub) -> None:
-    s = sub.add_parser("vllm-bench", help="tokens/s and acceptance of none, eagle, peagle in real vLLM, over K and concurrency")
-    s.add_argument("--methods", type=_methods, default=["none", "eagle", "peagle"], help="comma list of none,eagle,peagle")
+    s = sub.add_parser("vllm-bench", help="tokens/s and acceptance of ar, eagle, peagle in real vLLM, over K and concurrency")
+    s.add_argument("--methods", type=_methods, default=["ar", "eagle", "peagle"], help="comma list of ar,eagle,peagle")
     s.add_argument("--k", type=_ints, default=[3, 5, 7], help="draft lengths, e.g. 3,5,7 (one server each)")
     s.add_argument("--concurrency", type=_ints, default=[1, 4], help="max requests in flight, e.g. 1,2,4,8")
     _add_prompt_args(s)
