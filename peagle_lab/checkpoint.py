@@ -60,6 +60,7 @@ def vllm_config_dict(cfg: DrafterConfig, dtype: str = "float32") -> dict:
 
 def speculators_config_dict(drafter: Eagle3Drafter, verifier_name: str, verifier_architectures: list[str],
                             k: int) -> dict:
+    """config.json in the speculators format: greedy proposals of ``k`` tokens, checked by ``verifier_name``."""
     c = drafter.cfg
     algorithm = "peagle" if c.parallel_drafting else "eagle3"
     out = {
