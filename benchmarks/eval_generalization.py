@@ -29,7 +29,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from peagle_lab.drafter import load_drafter  # noqa: E402
+from peagle_lab.checkpoint import load_drafter  # noqa: E402
 from peagle_lab.prompts import load_prompts, read_jsonl  # noqa: E402
 from peagle_lab.target import Target  # noqa: E402
 from peagle_lab.train.data import load_samples, regenerate  # noqa: E402

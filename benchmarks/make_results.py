@@ -104,12 +104,12 @@ def vllm_section(path: Path, r: dict) -> list[str]:
     for b in best_by_concurrency(r["results"]):
         e = f"{_f(b.get('eagle'), '.1f')} (K={b['eagle_k']})" if "eagle" in b else "-"
         p = f"{_f(b.get('peagle'), '.1f')} (K={b['peagle_k']})" if "peagle" in b else "-"
-        lines.append(f"| {b['concurrency']} | {_f(b['none'], '.1f')} | {e} | {_f(b.get('eagle_x_none'))} | {p} | "
-                     f"{_f(b.get('peagle_x_none'))} | {_f(b.get('peagle_x_eagle'))} |")
+        lines.append(f"| {b['concurrency']} | {_f(b['ar'], '.1f')} | {e} | {_f(b.get('eagle_x_ar'))} | {p} | "
+                     f"{_f(b.get('peagle_x_ar'))} | {_f(b.get('peagle_x_eagle'))} |")
     lines += ["", "Every run:", "",
               "| method | K | concurrency | tokens/s | x none | AL | acceptance per position | identical to none |",
               "|---|---|---|---|---|---|---|---|"]
-    base = {x["concurrency"]: x["tokens_per_s"] for x in r["results"] if x["method"] == "none"}
+    base = {x["concurrency"]: x["tokens_per_s"] for x in r["results"] if x["method"] in ("ar", "none")}
     for x in r["results"]:
         ratio = x["tokens_per_s"] / base[x["concurrency"]] if x["concurrency"] in base else None
         pp = ", ".join(f"{a:.2f}" for a in x["acceptance_per_position"]) if x["acceptance_per_position"] else "-"
@@ -127,7 +127,7 @@ def knobs_section(path: Path, r: dict) -> list[str]:
     lines += ["| variant | method | K | concurrency | tokens/s | x none | AL | server start s |",
               "|---|---|---|---|---|---|---|---|"]
     for name, v in r["variants"].items():
-        base = {x["concurrency"]: x["tokens_per_s"] for x in v["results"] if x["method"] == "none"}
+        base = {x["concurrency"]: x["tokens_per_s"] for x in v["results"] if x["method"] in ("ar", "none")}
         for x in v["results"]:
             ratio = x["tokens_per_s"] / base[x["concurrency"]] if x["concurrency"] in base else None
             lines.append(f"| {name} | {x['method']} | {x['k'] or '-'} | {x['concurrency']} | "

@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from eval_drafters import drafter_eval_parser  # noqa: E402
 
-from peagle_lab.drafter import load_drafter  # noqa: E402
+from peagle_lab.checkpoint import load_drafter  # noqa: E402
 from peagle_lab.prompts import load_categories, load_prompts  # noqa: E402
 from peagle_lab.target import Target  # noqa: E402
 from peagle_lab.evaluate import evaluate_drafters, greedy_replies  # noqa: E402

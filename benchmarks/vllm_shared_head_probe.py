@@ -20,7 +20,8 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 from peagle_lab.target import Target
-from peagle_lab.drafter import DrafterConfig, init_drafter, save_drafter, load_drafter
+from peagle_lab.drafter import DrafterConfig, init_drafter
+from peagle_lab.checkpoint import save_drafter, load_drafter
 from peagle_lab.train.data import load_samples
 from peagle_lab.train.trainer import TrainConfig, Trainer
 from peagle_lab.engine import generate
@@ -47,7 +48,9 @@ dcfg = DrafterConfig.for_target(target, num_layers=1, draft_vocab_size=target.vo
                                 trained_depth=4, intermediate_size=512, has_embed_tokens=False)
 d = init_drafter(dcfg, target)
 d.set_draft_vocab(ids)
-d.init_head_from_target(target)
+with torch.no_grad():                              # start from the target's own read-out (full vocabulary)
+    d.lm_head.weight.copy_(target.model.get_output_embeddings().weight)
+    d.norm.weight.copy_(target.model.model.norm.weight)
 d.lm_head.weight.requires_grad_(False)            # the target's head, frozen: what vLLM would share
 t0 = time.time()
 tr = Trainer(target, samples, cfg, tempfile.mkdtemp(prefix="probe-shared-run-"), ids, drafter=d)   # fresh: no resume

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from .drafter import load_drafter
+from .checkpoint import load_drafter
 from .device import DTYPES, resolve_device
 from .drafters_registry import shipped
 from .batch_engine import generate_batch
@@ -47,6 +47,7 @@ DEFAULT_DRAFTERS = {"eagle": "eagle-smollm2", "peagle": "peagle-smollm2"}
 
 @dataclass
 class _Row:
+    """One configuration (method, K, batch size) and what it has measured so far."""
     method: str
     k: int | None
     batch_size: int = 1
@@ -58,6 +59,22 @@ class _Row:
     times: dict = field(default_factory=lambda: {"prefill": 0.0, "draft": 0.0, "verify": 0.0, "bookkeeping": 0.0})
     steps: int = 0
     error: str | None = None
+
+    def add(self, toks: list[list[int]], seconds: float, accs: list, split: StepTimes | None) -> None:
+        """Count one run: its tokens, wall time, acceptance (per request) and time split."""
+        self.tokens += sum(len(t) for t in toks)
+        self.seconds += seconds
+        for acc in accs:
+            if acc is not None:
+                self.stats = self.stats.merge(acc)
+        for key, value in (split.to_dict().items() if split is not None else ()):
+            self.times[key] += value
+
+    def compare(self, toks: list[list[int]], idx: list[int], reference: dict[int, list[int]]) -> None:
+        """identical_to_ar: were the outputs for prompts ``idx`` AR's own, token for token?"""
+        same = [t == reference[i] for t, i in zip(toks, idx)]
+        self.identical_prompts += sum(same)
+        self.identical = all(same) if self.identical is None else (self.identical and all(same))
 
 
 def resolve_engine(engine: str, device: str) -> str:
@@ -82,6 +99,167 @@ def _groups(n: int, size: int) -> list[list[int]]:
     return [list(range(i, min(i + size, n))) for i in range(0, n, size)]
 
 
+@dataclass
+class _Runner:
+    """What every configuration of one bench call shares: the target, the drafters, the engine and the budget."""
+    target: Target
+    drafters: dict
+    engine: str
+    max_new_tokens: int
+    temperature: float
+    max_len: int
+    keep_going: bool = False
+
+    def fast(self, row: _Row) -> bool:
+        """Rows the fast engine runs: batch 1, greedy (sampling stays on the teaching engine)."""
+        return self.engine == "fast" and row.batch_size == 1 and row.method != "hf" and self.temperature <= 0
+
+    def run(self, row: _Row, batch: list[list[int]], seed: int, budget: int | None = None):
+        """-> (token lists, wall seconds, acceptance per request, time split)"""
+        budget = budget or self.max_new_tokens
+        target, drafter, k, temperature = self.target, self.drafters.get(row.method), row.k or 1, self.temperature
+        if row.batch_size > 1:
+            out = generate_batch(target, batch, method=row.method, drafter=drafter, k=k, max_new_tokens=budget)
+            return [r.tokens for r in out.results], out.seconds, [r.acceptance for r in out.results], out.times
+        outs = []
+        for ids in batch:
+            if row.method == "hf":
+                outs.append(target.hf_generate(ids, budget, temperature=temperature, seed=seed))
+            elif self.fast(row):
+                outs.append(generate_fast(target, ids, method=row.method, drafter=drafter, k=k, max_new_tokens=budget,
+                                          temperature=temperature, seed=seed, max_len=self.max_len))
+                row.steps += len(outs[-1].tokens) if row.method == "ar" else len(outs[-1].steps)
+            else:
+                outs.append(generate(target, ids, method=row.method, drafter=drafter, k=k, max_new_tokens=budget,
+                                     temperature=temperature, seed=seed))
+        split = None
+        if outs and (getattr(outs[0], "acceptance", None) is not None or self.fast(row)):
+            split = StepTimes(**{key: sum(getattr(o.times, key) for o in outs) for key in StepTimes().to_dict()})
+        return ([o.tokens for o in outs], sum(o.seconds for o in outs),
+                [getattr(o, "acceptance", None) for o in outs], split)
+
+    def attempt(self, row: _Row, batch: list[list[int]], seed: int, budget: int | None = None):
+        """run(), or with keep_going: None after recording the row's first error."""
+        if row.error is not None:
+            return None
+        try:
+            return self.run(row, batch, seed, budget)
+        except Exception as err:  # noqa: BLE001 -- recorded per configuration, the others go on
+            if not self.keep_going:
+                raise
+            row.error = f"{type(err).__name__}: {err}"
+            print(f"bench: {row.method} k={row.k} failed: {row.error}", file=sys.stderr)
+            return None
+
+    def warm_up(self, rows: list[_Row], prompts: list[list[int]], seed: int) -> None:
+        """One short generation (or batch) per configuration, discarded (it captures the fast engine's graphs)."""
+        warm = [ids[:64] for ids in prompts]
+        for row in rows:
+            self.attempt(row, warm[: row.batch_size], seed, budget=min(self.max_new_tokens, 16))
+            row.steps = 0
+
+    def untimed_ar(self, prompts: dict[int, list[int]]) -> dict[int, list[int]]:
+        """Greedy AR output of ``{index: prompt}``, untimed (identical_to_ar needs it when no ar row ran);
+        with keep_going a failure leaves ``{}`` (identical_to_ar stays null)."""
+        gen = generate_fast if self.engine == "fast" else generate
+        kw = {"max_len": self.max_len} if self.engine == "fast" else {}
+        try:
+            return {i: gen(self.target, ids, method="ar", max_new_tokens=self.max_new_tokens, **kw).tokens
+                    for i, ids in prompts.items()}
+        except Exception as err:  # noqa: BLE001
+            if not self.keep_going:
+                raise
+            print(f"bench: AR reference failed ({err}); identical_to_ar stays null", file=sys.stderr)
+            return {}
+
+
+def _bench_round(runner: _Runner, rows: list[_Row], group: list[int], prompt_ids: list[list[int]], seed: int) -> None:
+    """Every configuration on the round's prompts ``group``, in turn. At T=0 the single-request ar row runs
+    first: its output (timed) is the reference the other rows must equal."""
+    greedy = runner.temperature <= 0
+    single_ar = next((r for r in rows if r.method == "ar" and r.batch_size == 1), None)
+    reference = {}
+    if greedy:
+        got = runner.attempt(single_ar, [prompt_ids[i] for i in group], seed + group[0]) if single_ar is not None else None
+        if got is not None:
+            single_ar.add(*got)
+            reference = dict(zip(group, got[0]))
+        else:
+            reference = runner.untimed_ar({i: prompt_ids[i] for i in group})
+    for row in rows:
+        if row is single_ar and greedy:
+            continue
+        for chunk in _groups(len(group), row.batch_size):
+            idx = [group[j] for j in chunk]
+            got = runner.attempt(row, [prompt_ids[i] for i in idx], seed + idx[0])
+            if got is None:
+                break
+            row.add(*got)
+            if greedy and reference and (row.method != "ar" or row.batch_size > 1):
+                row.compare(got[0], idx, reference)
+
+
+def _bench_rounds(runner: _Runner, rows: list[_Row], prompt_ids: list[list[int]], round_size: int, seed: int, *,
+                  started: float, time_budget_s: float | None, progress: bool) -> int:
+    """Rounds of ``round_size`` prompts until all ran or the time budget is spent; -> prompts run."""
+    done = 0
+    for group in tqdm(_groups(len(prompt_ids), round_size), desc="bench rounds", disable=not progress, file=sys.stderr):
+        if done and time_budget_s is not None and time.perf_counter() - started > time_budget_s:
+            print(f"bench: time budget {time_budget_s:.0f} s spent after {done} prompts", file=sys.stderr)
+            break
+        done += len(group)
+        _bench_round(runner, rows, group, prompt_ids, seed)
+    return done
+
+
+def _row_result(runner: _Runner, row: _Row, num_prompts: int) -> dict:
+    """One row of the JSON: a configuration's tokens/s, acceptance, identity to AR and time split."""
+    engine = ("fast" if runner.fast(row) else "hf" if row.method == "hf"
+              else "teaching-batched" if row.batch_size > 1 else "teaching")
+    out = {
+        "method": row.method, "k": row.k, "batch_size": row.batch_size, "engine": engine,
+        "tokens_per_s": row.tokens / row.seconds if row.seconds else 0.0,
+        "acceptance_length": row.stats.acceptance_length if row.stats else None,
+        "acceptance_per_position": row.stats.per_position if row.stats else None,
+        "conditional_acceptance": row.stats.conditional if row.stats else None,
+        "identical_to_ar": row.identical,
+        "identical_prompts": row.identical_prompts if row.identical is not None else None,
+        "num_prompts": num_prompts, "new_tokens": row.tokens, "seconds": row.seconds,
+        "time_split_s": row.times if (row.stats or engine == "fast") else None,
+    }
+    if engine == "fast":                       # per speculative step (per token for AR), milliseconds
+        per = 1e3 / row.steps if row.steps else 0.0
+        out["step_split_ms"] = {"steps": row.steps, "verify": row.times["verify"] * per,
+                                "draft": row.times["draft"] * per, "host": row.times["bookkeeping"] * per}
+    if row.error is not None:
+        out["error"] = row.error
+    return out
+
+
+def _checked_batch_sizes(methods, batch_sizes, temperature: float, dtype: str) -> list[int]:
+    """The sorted batch sizes, after refusing what the bench cannot run (naming the fix)."""
+    bad = [m for m in methods if m not in BENCH_METHODS]
+    if bad:
+        raise SystemExit(f"unknown method(s) {bad}; choose from {', '.join(BENCH_METHODS)}")
+    batch_sizes = sorted(set(int(b) for b in batch_sizes))
+    if not batch_sizes or batch_sizes[0] < 1:
+        raise SystemExit(f"--batch-size must be integers >= 1, got {batch_sizes}")
+    if batch_sizes[-1] > 1 and temperature > 0:
+        raise SystemExit("batched decoding is greedy only: use --temperature 0 with --batch-size > 1, or --batch-size 1 for sampling")
+    if batch_sizes[-1] > 1 and "hf" in methods:
+        raise SystemExit("the hf baseline runs one prompt at a time: drop hf from --methods or use --batch-size 1")
+    if dtype not in DTYPES:
+        raise SystemExit(f"unknown dtype {dtype!r}; choose from {', '.join(DTYPES)}")
+    return batch_sizes
+
+
+def _load_drafters(methods, paths: dict[str, str | None], target: Target, target_is_default: bool) -> dict:
+    """``{method: drafter}`` for the speculative methods asked for, in the target's dtype."""
+    dtype = next(target.model.parameters()).dtype
+    return {m: load_drafter(resolve_drafter(m, path, target_is_default), target, dtype=dtype)
+            for m, path in paths.items() if m in methods}
+
+
 def run_bench(*, methods, ks, prompts: str, num_prompts: int, max_new_tokens: int, temperature: float = 0.0,
               target: Target | None = None, target_name: str | None = None, eagle_drafter: str | None = None,
               peagle_drafter: str | None = None, seed: int = 0, progress: bool = True,
@@ -104,30 +282,13 @@ def run_bench(*, methods, ks, prompts: str, num_prompts: int, max_new_tokens: in
     and warm-up included; rows then report the prompts actually run; the first round always runs). ``hbm_bytes_per_s``: bandwidth for the memory floor (H200: 4.8 TB/s).
     """
     started = time.perf_counter()
-    bad = [m for m in methods if m not in BENCH_METHODS]
-    if bad:
-        raise SystemExit(f"unknown method(s) {bad}; choose from {', '.join(BENCH_METHODS)}")
-    batch_sizes = sorted(set(int(b) for b in batch_sizes))
-    if not batch_sizes or batch_sizes[0] < 1:
-        raise SystemExit(f"--batch-size must be integers >= 1, got {batch_sizes}")
-    if batch_sizes[-1] > 1 and temperature > 0:
-        raise SystemExit("batched decoding is greedy only: use --temperature 0 with --batch-size > 1, or --batch-size 1 for sampling")
-    if batch_sizes[-1] > 1 and "hf" in methods:
-        raise SystemExit("the hf baseline runs one prompt at a time: drop hf from --methods or use --batch-size 1")
-    if dtype not in DTYPES:
-        raise SystemExit(f"unknown dtype {dtype!r}; choose from {', '.join(DTYPES)}")
+    batch_sizes = _checked_batch_sizes(methods, batch_sizes, temperature, dtype)
     target = target or Target.load(target_name, dtype=DTYPES[dtype], device=resolve_device(device))
     engine = resolve_engine(engine, str(target.device))
-    drafters = {}
-    for m, path in (("eagle", eagle_drafter), ("peagle", peagle_drafter)):
-        if m in methods:
-            drafters[m] = load_drafter(resolve_drafter(m, path, target_name in (None, "smollm2")), target,
-                                       dtype=next(target.model.parameters()).dtype)
-    rows = []
-    for b in batch_sizes:
-        for m in methods:
-            for k in (ks if m in drafters else [None]):
-                rows.append(_Row(m, k, b, stats=AcceptanceStats(k) if k else None))
+    drafters = _load_drafters(methods, {"eagle": eagle_drafter, "peagle": peagle_drafter}, target,
+                              target_is_default=target_name in (None, "smollm2"))
+    rows = [_Row(m, k, b, stats=AcceptanceStats(k) if k else None)
+            for b in batch_sizes for m in methods for k in (ks if m in drafters else [None])]
     prompt_ids = [target.chat_ids(p) for p in load_prompts(prompts, num_prompts, spread=spread)]
     if not prompt_ids:
         raise SystemExit(f"no prompts in {prompts}")
@@ -136,122 +297,10 @@ def run_bench(*, methods, ks, prompts: str, num_prompts: int, max_new_tokens: in
               file=sys.stderr)
     if max_len is None:
         max_len = max(len(p) for p in prompt_ids) + max_new_tokens + max(ks, default=1) + 1
-
-    def fast(row: _Row) -> bool:
-        """Rows the fast engine runs: batch 1, greedy (sampling stays on the teaching engine)."""
-        return engine == "fast" and row.batch_size == 1 and row.method != "hf" and temperature <= 0
-
-    def run(row: _Row, batch: list[list[int]], s: int, budget: int = max_new_tokens):
-        """-> (token lists, wall seconds, acceptance per request, time split)"""
-        if row.batch_size > 1:
-            out = generate_batch(target, batch, method=row.method, drafter=drafters.get(row.method), k=row.k or 1,
-                                 max_new_tokens=budget)
-            return [r.tokens for r in out.results], out.seconds, [r.acceptance for r in out.results], out.times
-        outs = []
-        for ids in batch:
-            if row.method == "hf":
-                outs.append(target.hf_generate(ids, budget, temperature=temperature, seed=s))
-            elif fast(row):
-                outs.append(generate_fast(target, ids, method=row.method, drafter=drafters.get(row.method), k=row.k or 1,
-                                          max_new_tokens=budget, temperature=temperature, seed=s, max_len=max_len))
-                row.steps += len(outs[-1].tokens) if row.method == "ar" else len(outs[-1].steps)
-            else:
-                outs.append(generate(target, ids, method=row.method, drafter=drafters.get(row.method), k=row.k or 1,
-                                     max_new_tokens=budget, temperature=temperature, seed=s))
-        split = None
-        if outs and (getattr(outs[0], "acceptance", None) is not None or fast(row)):
-            split = StepTimes(**{key: sum(getattr(o.times, key) for o in outs) for key in StepTimes().to_dict()})
-        return ([o.tokens for o in outs], sum(o.seconds for o in outs),
-                [getattr(o, "acceptance", None) for o in outs], split)
-
-    def attempt(row: _Row, *args, **kw):
-        """run(), or with keep_going: None after recording the row's first error."""
-        if row.error is not None:
-            return None
-        try:
-            return run(row, *args, **kw)
-        except Exception as err:  # noqa: BLE001 -- recorded per configuration, the others go on
-            if not keep_going:
-                raise
-            row.error = f"{type(err).__name__}: {err}"
-            print(f"bench: {row.method} k={row.k} failed: {row.error}", file=sys.stderr)
-            return None
-
-    warm = [ids[:64] for ids in prompt_ids[: batch_sizes[-1]]]
-    for row in rows:  # warm-up: one short generation (or batch) per configuration, discarded (captures graphs)
-        attempt(row, warm[: row.batch_size], seed, budget=min(max_new_tokens, 16))
-        row.steps = 0
-    greedy = temperature <= 0
-    single_ar = next((r for r in rows if r.method == "ar" and r.batch_size == 1), None)
-    round_size = math.lcm(*batch_sizes)
-    prompts_done = 0
-    for group in tqdm(_groups(len(prompt_ids), round_size), desc="bench rounds", disable=not progress, file=sys.stderr):
-        if prompts_done and time_budget_s is not None and time.perf_counter() - started > time_budget_s:
-            print(f"bench: time budget {time_budget_s:.0f} s spent after {prompts_done} prompts", file=sys.stderr)
-            break
-        prompts_done += len(group)
-        reference = {}
-        if greedy:
-            got = attempt(single_ar, [prompt_ids[i] for i in group], seed + group[0]) if single_ar is not None else None
-            if got is not None:                # timed, and it is the reference
-                toks, secs, _, split = got
-                single_ar.tokens += sum(len(t) for t in toks)
-                single_ar.seconds += secs
-                for key, value in (split.to_dict().items() if split is not None else ()):
-                    single_ar.times[key] += value
-                reference = dict(zip(group, toks))
-            else:                              # still need AR output for identical_to_ar, untimed
-                gen = generate_fast if engine == "fast" else generate
-                kw = {"max_len": max_len} if engine == "fast" else {}
-                try:
-                    reference = {i: gen(target, prompt_ids[i], method="ar", max_new_tokens=max_new_tokens, **kw).tokens
-                                 for i in group}
-                except Exception as err:  # noqa: BLE001
-                    if not keep_going:
-                        raise
-                    print(f"bench: AR reference failed ({err}); identical_to_ar stays null", file=sys.stderr)
-        for row in rows:
-            if row is single_ar and greedy:
-                continue
-            for chunk in _groups(len(group), row.batch_size):
-                idx = [group[j] for j in chunk]
-                got = attempt(row, [prompt_ids[i] for i in idx], seed + idx[0])
-                if got is None:
-                    break
-                toks, secs, accs, split = got
-                row.tokens += sum(len(t) for t in toks)
-                row.seconds += secs
-                if greedy and reference and (row.method != "ar" or row.batch_size > 1):
-                    same = all(t == reference[i] for t, i in zip(toks, idx))
-                    row.identical_prompts += sum(t == reference[i] for t, i in zip(toks, idx))
-                    row.identical = same if row.identical is None else (row.identical and same)
-                for acc in accs:
-                    if acc is not None:
-                        row.stats = row.stats.merge(acc)
-                if split is not None:
-                    for key, value in split.to_dict().items():
-                        row.times[key] += value
-    results = []
-    for row in rows:
-        row_engine = ("fast" if fast(row) else "hf" if row.method == "hf"
-                      else "teaching-batched" if row.batch_size > 1 else "teaching")
-        results.append({
-            "method": row.method, "k": row.k, "batch_size": row.batch_size, "engine": row_engine,
-            "tokens_per_s": row.tokens / row.seconds if row.seconds else 0.0,
-            "acceptance_length": row.stats.acceptance_length if row.stats else None,
-            "acceptance_per_position": row.stats.per_position if row.stats else None,
-            "conditional_acceptance": row.stats.conditional if row.stats else None,
-            "identical_to_ar": row.identical,
-            "identical_prompts": row.identical_prompts if row.identical is not None else None,
-            "num_prompts": prompts_done, "new_tokens": row.tokens, "seconds": row.seconds,
-            "time_split_s": row.times if (row.stats or row_engine == "fast") else None,
-        })
-        if row_engine == "fast":               # per speculative step (per token for AR), milliseconds
-            per = 1e3 / row.steps if row.steps else 0.0
-            results[-1]["step_split_ms"] = {"steps": row.steps, "verify": row.times["verify"] * per,
-                                            "draft": row.times["draft"] * per, "host": row.times["bookkeeping"] * per}
-        if row.error is not None:
-            results[-1]["error"] = row.error
+    runner = _Runner(target, drafters, engine, max_new_tokens, temperature, max_len, keep_going)
+    runner.warm_up(rows, prompt_ids[: batch_sizes[-1]], seed)
+    done = _bench_rounds(runner, rows, prompt_ids, math.lcm(*batch_sizes), seed, started=started,
+                         time_budget_s=time_budget_s, progress=progress)
     out = {"date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
            "machine": f"{platform.node()} {platform.machine()}", "target": target.name,
            "settings": {"prompts": str(prompts), "num_prompts": num_prompts, "spread": spread, "max_new_tokens": max_new_tokens,
@@ -259,7 +308,7 @@ def run_bench(*, methods, ks, prompts: str, num_prompts: int, max_new_tokens: in
                         "batch_size": batch_sizes, "engine": engine, "device": str(target.device),
                         "dtype": str(next(target.model.parameters()).dtype).removeprefix("torch."),
                         "max_len": max_len if engine == "fast" else None},
-           "results": results}
+           "results": [_row_result(runner, row, done) for row in rows]}
     if engine == "fast" and target.device.type == "cuda":
         out["floors"] = floors(target, drafters, max_len, hbm_bytes_per_s)
     return out

@@ -12,8 +12,8 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 
+from .checkpoint import load_drafter
 from .compat import IncompatibleDrafter, check_compatible, fit_problems, read_mask_token_id
-from .drafter import load_drafter
 from .materialise import materialise_for_vllm
 
 

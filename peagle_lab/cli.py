@@ -51,7 +51,7 @@ def cmd_info(args) -> int:
 
 
 def cmd_generate(args) -> int:
-    from .drafter import load_drafter
+    from .checkpoint import load_drafter
     from .engine import generate
     from .target import Target
 
@@ -183,7 +183,7 @@ def cmd_train(args) -> int:
     init = None
     shape = {}                                          # settings --init-from and --share-lm-head decide
     if args.init_from:                                   # fine-tune an exported drafter: its shape and vocabulary
-        from .drafter import load_drafter
+        from .checkpoint import load_drafter
 
         init = load_drafter(args.init_from, target)
         if init.cfg.parallel_drafting != (args.method == "peagle"):
@@ -231,9 +231,8 @@ def cmd_train(args) -> int:
 
 
 def cmd_export_speculators(args) -> int:
-    from .drafter import load_drafter
+    from .checkpoint import export_speculators, load_drafter
     from .target import Target
-    from .train.export import export_speculators
 
     target = Target.load(args.target)
     drafter = load_drafter(args.drafter, target)
@@ -301,7 +300,7 @@ def cmd_eval(args) -> int:
     import datetime as dt
 
     from .compat import IncompatibleDrafter, check_compatible
-    from .drafter import load_drafter
+    from .checkpoint import load_drafter
     from .evaluate import evaluate_drafters, greedy_replies
     from .prompts import load_categories, load_prompts
     from .target import Target
@@ -404,8 +403,8 @@ def add_bench_parser(sub) -> None:
 
 
 def add_vllm_bench_parser(sub) -> None:
-    s = sub.add_parser("vllm-bench", help="tokens/s and acceptance of none, eagle, peagle in real vLLM, over K and concurrency")
-    s.add_argument("--methods", type=_methods, default=["none", "eagle", "peagle"], help="comma list of none,eagle,peagle")
+    s = sub.add_parser("vllm-bench", help="tokens/s and acceptance of ar, eagle, peagle in real vLLM, over K and concurrency")
+    s.add_argument("--methods", type=_methods, default=["ar", "eagle", "peagle"], help="comma list of ar,eagle,peagle")
     s.add_argument("--k", type=_ints, default=[3, 5, 7], help="draft lengths, e.g. 3,5,7 (one server each)")
     s.add_argument("--concurrency", type=_ints, default=[1, 4], help="max requests in flight, e.g. 1,2,4,8")
     _add_prompt_args(s)
@@ -478,12 +477,10 @@ def add_train_parser(sub) -> None:
     s.add_argument("--stop-after", type=int, default=None,
                    help="stop after this many steps of this launch (a rehearsed interruption: the same command "
                         "resumes from the last checkpoint towards --steps)")
-    s.add_argument("--layout", default=D.layout, choices=["packed", "per_conversation", "padded"],
+    s.add_argument("--layout", default=D.layout, choices=["packed", "padded"],
                    help="how a batch's conversations run (same gradient): a padded batch, one row per conversation "
-                        "(default; the shipped drafters' layout), one packed pass (with --attention flex on CUDA for "
-                        "P-EAGLE), or one conversation at a time")
-    s.add_argument("--attention", default=D.attention, choices=["auto", "dense", "flex"],
-                   help="P-EAGLE mask as a dense tensor or a sparse flex-attention BlockMask (auto: flex on CUDA)")
+                        "(default; the shipped drafters' layout), or one packed pass (P-EAGLE's mask as a sparse "
+                        "flex-attention BlockMask on CUDA; the layout --segments applies to)")
     s.add_argument("--group-by-length", action="store_true",
                    help="batches of similar-length conversations (less padding on a GPU)")
     s.add_argument("--share-lm-head", action="store_true",
@@ -493,9 +490,6 @@ def add_train_parser(sub) -> None:
     s.add_argument("--init-from", default=None,
                    help="start from an exported drafter folder (fine-tuning): its layers, width, vocabulary and depth "
                         "replace --num-layers, --intermediate-size, --draft-vocab-size and --max-depth")
-    s.add_argument("--objective", default=D.objective, choices=["kl", "argmax-ce"],
-                   help="kl: match the target's distribution (greedy and sampled acceptance); argmax-ce: its top "
-                        "token only, what greedy (T=0) acceptance rewards")
     s.add_argument("--mask-token-id", type=int, default=D.mask_token_id,
                    help="P-EAGLE's mask token (default: an id real text never produces; SmolLM2: 16, <empty_output>)")
     s.add_argument("--frozen-mask-embedding", action="store_true",
@@ -508,9 +502,6 @@ def add_train_parser(sub) -> None:
     s.add_argument("--val-set", default="mt-bench", help="prompt set of the validation AL")
     s.add_argument("--val-tokens", type=int, default=128, help="new tokens per validation reply")
     s.add_argument("--val-k", type=int, default=D.val_k, help="K of the validation AL")
-    s.add_argument("--head-init", default=D.head_init, choices=["random", "target"],
-                   help="lm_head and the final norm at random (default) or from the target's rows of the draft vocab "
-                        "(no gain after 60 CPU steps: benchmarks/results/head_init_ab_cpu.json)")
     s.add_argument("--seed", type=int, default=D.seed)
     s.add_argument("--target", default=None)
     s.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda")

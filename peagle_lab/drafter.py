@@ -1,4 +1,5 @@
-"""The EAGLE-3 drafter ``M_q``, in the layout vLLM's ``LlamaForCausalLMEagle3`` loads.
+"""The EAGLE-3 drafter ``M_q``, in the layout vLLM's ``LlamaForCausalLMEagle3`` loads
+(:mod:`peagle_lab.checkpoint` writes and reads its folders).
 
 Anatomy (``H`` = drafter hidden size, equal to the target's; ``Vd`` = draft vocabulary)::
 
@@ -19,19 +20,12 @@ just like the target's.
 """
 from __future__ import annotations
 
-import json
-import os
 import warnings
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from safetensors.torch import load_file, save_file
 from torch import nn
-
-from .atomic import atomic_dir
-from .compat import check_compatible, read_mask_token_id
 
 
 @dataclass
@@ -349,24 +343,6 @@ class Eagle3Drafter(nn.Module):
         self.t2d.zero_()
         self.t2d[target_ids] = True
 
-    @torch.no_grad()
-    def init_head_from_target(self, target) -> None:
-        """Start ``lm_head`` and the final ``norm`` from the target's own (rows of the draft vocab).
-
-        The drafter's pre-norm output plays the part of the target's last hidden state, so this
-        was meant as a better start than random rows; a 60-step CPU A/B found no gain
-        (``benchmarks/results/head_init_ab_cpu.json``), so training defaults to random. Call after
-        :meth:`set_draft_vocab`.
-        """
-        if self.lm_head is None:
-            raise ValueError("this drafter shares the target's lm_head; there is no head of its own to initialise")
-        ids = self.to_target_ids(torch.arange(self.cfg.draft_vocab_size, device=self.d2t.device))
-        head = target.model.get_output_embeddings().weight
-        self.lm_head.weight.copy_(head[ids.to(head.device)].to(self.lm_head.weight))
-        norm = getattr(getattr(target.model, "model", target.model), "norm", None)
-        if norm is not None and getattr(norm, "weight", None) is not None and norm.weight.shape == self.norm.weight.shape:
-            self.norm.weight.copy_(norm.weight.to(self.norm.weight))
-
     def new_cache(self) -> DrafterCache:
         return DrafterCache(self.cfg.num_layers)
 
@@ -447,146 +423,3 @@ def init_drafter(cfg: DrafterConfig, target=None, seed: int = 0) -> Eagle3Drafte
                 drafter.mask_embedding.copy_(embedding[cfg.mask_token_id][None].to(drafter.mask_embedding))
             drafter.share_target_weights(target)
     return drafter
-
-
-# ----------------------------------------------------------------------------- checkpoints
-def vllm_config_dict(cfg: DrafterConfig, dtype: str = "float32") -> dict:
-    """config.json that vLLM's ``LlamaForCausalLMEagle3`` reads (plain HF llama layout)."""
-    out = {
-        "architectures": ["LlamaForCausalLMEagle3"],
-        "model_type": "llama",
-        "hidden_size": cfg.hidden_size,
-        "num_hidden_layers": cfg.num_layers,
-        "num_attention_heads": cfg.num_heads,
-        "num_key_value_heads": cfg.num_kv_heads,
-        "head_dim": cfg.head_dim,
-        "intermediate_size": cfg.intermediate_size,
-        "hidden_act": "silu",
-        "rms_norm_eps": cfg.rms_norm_eps,
-        "rope_theta": cfg.rope_theta,
-        "rope_parameters": {"rope_theta": cfg.rope_theta, "rope_type": "default"},
-        "max_position_embeddings": cfg.max_position_embeddings,
-        "attention_bias": cfg.attention_bias,
-        "tie_word_embeddings": False,
-        "vocab_size": cfg.vocab_size,
-        "draft_vocab_size": cfg.draft_vocab_size,
-        "target_hidden_size": cfg.target_hidden_size,
-        "eagle_aux_hidden_state_layer_ids": list(cfg.aux_layer_ids),
-        "torch_dtype": dtype,
-    }
-    if cfg.parallel_drafting:
-        out["ptd_token_id"] = int(cfg.mask_token_id)
-        if cfg.trained_depth is not None:
-            out["peagle_trained_depth"] = int(cfg.trained_depth)
-    return out
-
-
-def save_drafter(drafter: Eagle3Drafter, path: str | os.PathLike, dtype: torch.dtype = torch.float32,
-                 extra_files: dict[str, str] | None = None, config: dict | None = None) -> Path:
-    """Write ``config.json`` + ``model.safetensors`` (+ ``extra_files``) atomically: a temp folder
-    renamed into place, so a failed export leaves the previous drafter (or nothing) behind."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tensors = {}
-    for name, value in drafter.state_dict().items():
-        if name in ("d2t", "t2d") and drafter.lm_head is None:
-            continue                       # full vocabulary: no mapping (vLLM has no d2t parameter then)
-        if name in ("d2t", "t2d"):
-            tensors[name] = value.contiguous()
-        else:
-            tensors[name] = value.detach().to(dtype).contiguous()
-    dtype_name = str(dtype).removeprefix("torch.")
-    with atomic_dir(path) as tmp:
-        save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
-        config = config if config is not None else vllm_config_dict(drafter.cfg, dtype_name)
-        (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
-        for name, text in (extra_files or {}).items():
-            (tmp / name).write_text(text)
-    return path
-
-
-_ALIASES = (("midlayer.", "layers.0."), ("model.", ""))
-
-
-def _canonical_key(key: str) -> str:
-    for old, new in _ALIASES:
-        if key.startswith(old):
-            key = new + key[len(old):]
-    return key
-
-
-def config_from_dict(raw: dict) -> DrafterConfig:
-    """Read our own, vLLM's and the published variants of the EAGLE-3 / P-EAGLE config."""
-    heads = int(raw["num_attention_heads"])
-    eagle_cfg = raw.get("eagle_config") or {}
-    aux = raw.get("eagle_aux_hidden_state_layer_ids") or eagle_cfg.get("eagle_aux_hidden_state_layer_ids")
-    mask_id = read_mask_token_id(raw)
-    rope = raw.get("rope_parameters") or {}
-    return DrafterConfig(
-        hidden_size=int(raw["hidden_size"]), num_heads=heads,
-        num_kv_heads=int(raw.get("num_key_value_heads") or heads),
-        head_dim=int(raw.get("head_dim") or raw["hidden_size"] // heads),
-        intermediate_size=int(raw["intermediate_size"]), vocab_size=int(raw["vocab_size"]),
-        draft_vocab_size=int(raw.get("draft_vocab_size") or raw["vocab_size"]),
-        target_hidden_size=int(raw.get("target_hidden_size") or raw["hidden_size"]),
-        aux_layer_ids=tuple(aux) if aux else (),
-        num_layers=int(raw.get("num_hidden_layers", 1)),
-        rms_norm_eps=float(raw.get("rms_norm_eps", 1e-5)),
-        rope_theta=float(rope.get("rope_theta", raw.get("rope_theta", 10000.0))),
-        max_position_embeddings=int(raw.get("max_position_embeddings", 8192)),
-        attention_bias=bool(raw.get("attention_bias", False)),
-        parallel_drafting=mask_id is not None, mask_token_id=None if mask_id is None else int(mask_id),
-        trained_depth=raw.get("peagle_trained_depth"), has_embed_tokens=True)
-
-
-def load_drafter(path: str | os.PathLike, target=None, dtype: torch.dtype = torch.float32) -> Eagle3Drafter:
-    """Load a drafter folder; ``target`` fills in missing aux ids / embeddings and is checked."""
-    path = Path(path)
-    if not (path / "config.json").exists():
-        raise FileNotFoundError(f"{path} is not a drafter folder (no config.json); pass the folder save_drafter wrote")
-    cfg = config_from_dict(json.loads((path / "config.json").read_text()))
-    files = sorted(path.glob("*.safetensors"))
-    if not files:
-        raise FileNotFoundError(f"{path} has no .safetensors weights")
-    state = {}
-    for f in files:
-        state.update({_canonical_key(k): v for k, v in load_file(str(f)).items()})
-    if cfg.parallel_drafting and "mask_hidden" not in state:
-        raise ValueError(f"{path}: config asks for parallel drafting (mask token id) but the weights have no "
-                         "mask_hidden; re-export the drafter with its trained mask_hidden")
-    cfg.has_embed_tokens = "embed_tokens.weight" in state
-    cfg.has_lm_head = "lm_head.weight" in state
-    cfg.learned_mask_embedding = "mask_embedding" in state
-    if cfg.learned_mask_embedding and not cfg.parallel_drafting:
-        raise ValueError(f"{path}: the weights hold a learned mask_embedding but config.json names no mask token "
-                         "(ptd_token_id); re-export the drafter")
-    if not cfg.has_lm_head and cfg.draft_vocab_size != cfg.vocab_size:
-        raise ValueError(f"{path}: no lm_head in the weights but draft_vocab_size {cfg.draft_vocab_size} != vocab_size "
-                         f"{cfg.vocab_size}; a drafter sharing the target's lm_head must draft over the full vocabulary")
-    if not cfg.aux_layer_ids:
-        if target is None:
-            raise ValueError(f"{path}: config names no eagle_aux_hidden_state_layer_ids; pass the target to use its taps")
-        cfg.aux_layer_ids = tuple(target.aux_layer_ids)
-    drafter = Eagle3Drafter(cfg)
-    own = drafter.state_dict()
-    if "d2t" not in state:  # full-vocab drafters may omit the mapping
-        state["d2t"], state["t2d"] = own["d2t"], own["t2d"]
-    if "t2d" not in state:
-        t2d = torch.zeros(cfg.vocab_size, dtype=torch.bool)
-        t2d[torch.arange(cfg.draft_vocab_size) + state["d2t"]] = True
-        state["t2d"] = t2d
-    if "mask_hidden" in state:
-        state["mask_hidden"] = state["mask_hidden"].reshape(1, -1)
-    missing = sorted(set(own) - set(state))
-    unexpected = sorted(set(state) - set(own))
-    if missing or unexpected:
-        raise ValueError(f"{path}: weights do not match an EAGLE-3 drafter of this config "
-                         f"(missing {missing[:5]}, unexpected {unexpected[:5]})")
-    drafter.load_state_dict({k: v.to(own[k].dtype) for k, v in state.items()})
-    drafter.to(dtype if dtype is not None else torch.float32)
-    drafter.d2t, drafter.t2d = drafter.d2t.long(), drafter.t2d.bool()
-    if target is not None:
-        check_compatible(drafter, target)
-        drafter.to(target.device)
-        drafter.share_target_weights(target)
-    return drafter.eval()

@@ -38,7 +38,8 @@ def drafter_for(target, method: str, seed: int = 0):
     Random drafters keep every oracle intact (output stays identical to AR) but accept almost
     nothing; they let the notebooks run before any drafter is trained.
     """
-    from .drafter import DrafterConfig, init_drafter, load_drafter
+    from .checkpoint import load_drafter
+    from .drafter import DrafterConfig, init_drafter
 
     name = f"{method}-smollm2"
     table = shipped()

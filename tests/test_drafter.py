@@ -6,8 +6,8 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from helpers import random_drafter, tiny_target
+from peagle_lab.checkpoint import load_drafter, save_drafter
 from peagle_lab.compat import IncompatibleDrafter, check_compatible
-from peagle_lab.drafter import load_drafter, save_drafter
 from peagle_lab.engine import generate
 
 VLLM_LAYER_KEYS = {"self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
@@ -107,7 +107,7 @@ def test_failed_save_leaves_previous_checkpoint(target, tmp_path, monkeypatch):
     d = random_drafter(target, parallel=False)
     path = save_drafter(d, tmp_path / "d")
     before = (path / "model.safetensors").read_bytes()
-    import peagle_lab.drafter as mod
+    import peagle_lab.checkpoint as mod
 
     def broken(*a, **k):
         raise OSError("disk full")
@@ -128,7 +128,7 @@ def test_not_a_drafter_folder(tmp_path):
 def test_speculators_export_validates_with_speculators_config_classes(target, tmp_path, parallel):
     from speculators import SpeculatorModelConfig
 
-    from peagle_lab.train.export import export_speculators
+    from peagle_lab.checkpoint import export_speculators
 
     d = random_drafter(target, parallel=parallel, num_layers=2, draft_vocab_size=2048, seed=3, trained_depth=8)
     path = export_speculators(d, tmp_path / "spec", verifier_name="HuggingFaceTB/SmolLM2-135M-Instruct",
@@ -148,7 +148,8 @@ def test_speculators_export_validates_with_speculators_config_classes(target, tm
 def test_shared_lm_head_drafter_trains_saves_and_loads_without_a_head(tmp_path):
     """A drafter with no lm_head of its own drafts with the target's (full vocabulary): it is not trained,
     not saved (nor d2t/t2d: vLLM has no mapping then), and loading shares it again; logits are unchanged."""
-    from peagle_lab.drafter import DrafterConfig, init_drafter, load_drafter, save_drafter
+    from peagle_lab.checkpoint import load_drafter, save_drafter
+    from peagle_lab.drafter import DrafterConfig, init_drafter
     from safetensors.torch import load_file
 
     tgt = tiny_target(vocab=40, seed=3)

@@ -6,7 +6,7 @@ import pytest
 
 from peagle_lab.cli import main
 from peagle_lab.compat import IncompatibleDrafter
-from peagle_lab.drafter import load_drafter
+from peagle_lab.checkpoint import load_drafter
 from peagle_lab.drafters_registry import shipped
 from peagle_lab.engine import generate
 from peagle_lab.prompts import PromptFileError, load_categories, load_prompts

@@ -16,7 +16,7 @@ import torch
 
 from helpers import random_drafter, tiny_target
 from peagle_lab.compat import IncompatibleDrafter
-from peagle_lab.drafter import load_drafter
+from peagle_lab.checkpoint import load_drafter
 from peagle_lab.drafters_registry import shipped
 from peagle_lab.engine import generate
 from peagle_lab.fast import StaticTarget, generate_fast, memory_floor_ms

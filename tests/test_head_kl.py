@@ -50,29 +50,3 @@ def test_head_kl_without_grad_makes_no_gradient():
         loss, hits = head_kl(normed, weight, target, torch.arange(5))
     assert not loss.requires_grad and hits.shape == (5,)
     torch.testing.assert_close(loss, _plain(normed, weight, target, torch.arange(5))[0].detach())
-
-
-@pytest.mark.parametrize("chunk_elements", [1 << 27, 50])
-def test_argmax_ce_equals_cross_entropy_on_the_target_top_token(monkeypatch, chunk_elements):
-    monkeypatch.setattr(loss_mod, "HEAD_CHUNK_ELEMENTS", chunk_elements)
-    g = torch.Generator().manual_seed(1)
-    normed = torch.randn(19, 8, dtype=torch.float64, generator=g, requires_grad=True)
-    weight = torch.randn(50, 8, dtype=torch.float64, generator=g, requires_grad=True)
-    target = torch.randn(25, 50, dtype=torch.float64, generator=g)
-    rows = torch.randint(0, 25, (19,), generator=g)
-    loss, hits = head_kl(normed, weight, target, rows, objective="argmax-ce")
-    loss.backward()
-    got = (loss.detach(), normed.grad.clone(), weight.grad.clone())
-    normed.grad = weight.grad = None
-    logits = normed @ weight.t()
-    ref = F.cross_entropy(logits, target[rows].argmax(-1), reduction="sum")
-    ref.backward()
-    torch.testing.assert_close(got[0], ref.detach(), rtol=1e-12, atol=0)
-    torch.testing.assert_close(got[1], normed.grad, rtol=1e-10, atol=1e-13)
-    torch.testing.assert_close(got[2], weight.grad, rtol=1e-10, atol=1e-13)
-    assert torch.equal(hits, logits.argmax(-1) == target[rows].argmax(-1))
-
-
-def test_unknown_objective_is_refused():
-    with pytest.raises(ValueError, match="use one of kl, argmax-ce"):
-        head_kl(torch.zeros(1, 2), torch.zeros(3, 2), torch.zeros(1, 3), torch.zeros(1, dtype=torch.long), objective="mse")

@@ -7,7 +7,8 @@ import torch
 from safetensors.torch import load_file
 
 from helpers import tiny_target
-from peagle_lab.drafter import DrafterConfig, init_drafter, load_drafter, save_drafter, unused_token_id
+from peagle_lab.checkpoint import load_drafter, save_drafter
+from peagle_lab.drafter import DrafterConfig, init_drafter, unused_token_id
 from peagle_lab.drafting import draft_parallel
 from peagle_lab.materialise import FINGERPRINT_KEY, embedding_fingerprint, materialise_for_vllm, needs_materialising
 from peagle_lab.train.data import load_samples, regenerate_conversations
@@ -89,7 +90,7 @@ def test_materialised_drafter_is_the_stored_one_plus_the_targets_table(tmp_path,
     d = _peagle(tgt)
     table = tgt.model.get_input_embeddings().weight
     config_path = tmp_path / "stored"
-    from peagle_lab.drafter import vllm_config_dict
+    from peagle_lab.checkpoint import vllm_config_dict
 
     config = {**vllm_config_dict(d.cfg, "bfloat16"), FINGERPRINT_KEY: embedding_fingerprint(table)}
     save_drafter(d, config_path, dtype=torch.bfloat16, config=config)

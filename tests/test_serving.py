@@ -86,7 +86,7 @@ def learned_row_drafter(target, folder):
 @pytest.mark.parametrize("method", ["peagle", "eagle", "peagle-learned-row"])
 def test_real_vllm_is_lossless_and_agrees_with_teaching_engine(target, mtbench_ids, method, tmp_path):
     from peagle_lab.assets import smollm2_dir
-    from peagle_lab.drafter import load_drafter
+    from peagle_lab.checkpoint import load_drafter
     from peagle_lab.drafters_registry import drafter_for, shipped
     from peagle_lab.engine import generate
     from peagle_lab.stats import AcceptanceStats

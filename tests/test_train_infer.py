@@ -9,7 +9,7 @@ mask) would make a well-trained drafter accept little in the engine and in vLLM.
 import pytest
 import torch
 
-from peagle_lab.drafter import load_drafter
+from peagle_lab.checkpoint import load_drafter
 from peagle_lab.drafters_registry import shipped
 from peagle_lab.engine import generate
 from peagle_lab.train.cod import Elements

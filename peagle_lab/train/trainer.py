@@ -22,17 +22,18 @@ import torch.distributed as dist
 from tqdm.auto import tqdm
 
 from ..atomic import atomic_file
-from ..drafter import DrafterConfig, Eagle3Drafter, init_drafter, save_drafter, vllm_config_dict
+from ..checkpoint import save_drafter, vllm_config_dict
+from ..drafter import DrafterConfig, Eagle3Drafter, init_drafter
 from ..evaluate import replay_prompts
 from ..materialise import FINGERPRINT_KEY, embedding_fingerprint
 from .cod import Elements, cod_sample
 from .config import TrainConfig
 from .data import Sample
 from .features import target_batch
-from .loss import OBJECTIVES, LossParts, SeqData, packed_loss, padded_loss, sequence_loss, supervised_mask
+from .loss import LossParts, SeqData, padded_loss, sequence_loss, supervised_mask
 
-RESUME_MAY_CHANGE = ("steps", "checkpoint_every", "num_segments", "layout", "attention", "val_k")
-LAYOUTS = {"packed": sequence_loss, "per_conversation": packed_loss, "padded": padded_loss}  # padded: per method
+RESUME_MAY_CHANGE = ("steps", "checkpoint_every", "num_segments", "layout", "val_k")
+LAYOUTS = {"packed": sequence_loss, "padded": padded_loss}  # padded: per method
 
 
 def lr_factor(step: int, warmup_steps: int, total_steps: int) -> float:
@@ -209,8 +210,6 @@ class Trainer:
             raise ValueError("no training samples; regenerate data first")
         if cfg.layout not in LAYOUTS:
             raise ValueError(f"unknown layout {cfg.layout!r}; use one of {', '.join(LAYOUTS)}")
-        if cfg.objective not in OBJECTIVES:
-            raise ValueError(f"unknown objective {cfg.objective!r}; use one of {', '.join(OBJECTIVES)}")
         self.target, self.samples, self.cfg = target, samples, cfg
         self.out_dir = Path(out_dir)
         self.out_dir.mkdir(parents=True, exist_ok=True)
@@ -229,10 +228,6 @@ class Trainer:
                                             learned_mask_embedding=cfg.learn_mask_embedding)
             drafter = init_drafter(dcfg, target, seed=cfg.seed)
             drafter.set_draft_vocab(self.draft_ids)
-            if cfg.head_init == "target":
-                drafter.init_head_from_target(target)
-            elif cfg.head_init != "random":
-                raise ValueError(f"unknown head_init {cfg.head_init!r}; use 'target' or 'random'")
         else:                                           # fine-tuning: the drafter's vocabulary must be draft_ids
             own = drafter.to_target_ids(torch.arange(drafter.cfg.draft_vocab_size, device=drafter.fc.weight.device)).cpu()
             if not torch.equal(own, self.draft_ids.cpu()):
@@ -283,14 +278,14 @@ class Trainer:
         self.opt.zero_grad(set_to_none=True)
         use_amp = cfg.amp_bf16 and self.device.type == "cuda"
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=use_amp):
-            # All three layouts give the same loss and gradient (tests/test_partition.py). Packed: one
-            # pass, (sum E_i)^2 attention. Per conversation: sum E_i^2, many small launches (CPU-friendly;
-            # slow on the H200). Padded: B * E_max^2 in one pass (EAGLE-3: one pass per depth, rows per
-            # conversation). Padded ignores num_segments.
+            # Both layouts give the same loss and gradient (tests/test_partition.py). Packed: one pass,
+            # (sum E_i)^2 attention, with P-EAGLE's mask as a sparse flex-attention BlockMask on CUDA
+            # ("auto"), optionally in num_segments partitions. Padded: B * E_max^2 in one pass (EAGLE-3:
+            # one pass per depth, rows per conversation); it ignores num_segments.
             loss_fn = LAYOUTS[cfg.layout]
             parts: LossParts = loss_fn(self.drafter, el, data, method=cfg.method, max_depth=cfg.max_depth,
                                        num_segments=cfg.num_segments, normalizer=max(count, 1), backward=True,
-                                       attention=cfg.attention, objective=cfg.objective)
+                                       attention="auto")
         if world > 1:
             all_reduce_grads(self.drafter.parameters())
             stats = torch.cat([parts.loss_sum.detach().float().reshape(1).to(self.device),
@@ -349,11 +344,13 @@ class Trainer:
             return False
         state = torch.load(self.checkpoint_path, map_location=self.device, weights_only=False)
         # Settings that change how a step is computed or saved, never which step or its gradient (the
-        # layouts, attention paths and partitioning are proven equal in tests/test_partition.py) may
-        # differ; so may ``steps``: a run cut short by --max-minutes resumes towards the new total.
+        # layouts and partitioning are proven equal in tests/test_partition.py) may differ; so may
+        # ``steps``: a run cut short by --max-minutes resumes towards the new total.
         free = dict.fromkeys(RESUME_MAY_CHANGE)
-        # a setting newer than the checkpoint counts as its default there
-        theirs, ours = {**asdict(TrainConfig()), **state["config"], **free}, {**asdict(self.cfg), **free}
+        ours = {**asdict(self.cfg), **free}
+        # a setting newer than the checkpoint counts as its default there; one since removed
+        # (attention, head_init, objective) is not compared
+        theirs = {k: v for k, v in {**asdict(TrainConfig()), **state["config"], **free}.items() if k in ours}
         if theirs != ours:
             diff = sorted(k for k in ours if theirs.get(k) != ours[k])
             raise ValueError(f"{self.checkpoint_path} was written with another training config (differs in "
