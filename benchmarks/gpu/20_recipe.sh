@@ -12,8 +12,9 @@
 # conversations regenerated turn by turn made generate calls of <= 128 sequences (1.2 conversations/s, 1,369 samples
 # in 300 s; shards of 1,024 batch each turn 512 wide, and each turn is saved when done), and the mixed folder's links were not named shard-*.pt, so
 # only the greedy-only arm found data. 11_collect.sh (next calls, within 30 s) brings the exports and logs back.
-# Second use: one shard of all 4,000 conversations (SHARD=4000), so every turn's generate calls are 512 wide until the
-# conversations thin out; the tail turns (few conversations, deep contexts) are what a timeout cuts.
+# Second use (results/device_recipe_2026-12-01h.json): one shard of all 4,000 conversations with three processes side by
+# side saved nothing in 300 s; one process with shards of 512 made ~15 samples/s. Now: shards of 512, <= 256 new
+# tokens, the three regenerations one after another, or DATA_TGZ (below) to skip regeneration.
 #   ARMS="name|method|data|flags"  data: all (greedy + both sampled) or greedy.
 set -uxo pipefail
 export PEAGLE_GGUF=/tmp/pk/SmolLM2-135M-Instruct.Q4_1.gguf PEAGLE_CACHE=/tmp/pk/cache PYTHONPATH=. PYTHONUNBUFFERED=1
@@ -21,7 +22,10 @@ python -m pip install -q --no-deps parts/wheels/*.whl
 [ -f "$PEAGLE_GGUF" ] || cat /tmp/pk/gguf.part-00 /tmp/pk/gguf.part-01 parts/gguf.part-02 > "$PEAGLE_GGUF"
 python -c "from peagle_lab.assets import resolve_target; print(resolve_target(None))" 2>&1 | tail -n 1
 rm -rf /tmp/pk/code && mkdir -p /tmp/pk/code && cp -r peagle_lab /tmp/pk/code/
-gunzip -c /tmp/pk/sharegpt_turns.jsonl.gz > /tmp/pk/sharegpt_turns.jsonl
+[ -f /tmp/pk/sharegpt_turns.jsonl.gz ] && gunzip -c /tmp/pk/sharegpt_turns.jsonl.gz > /tmp/pk/sharegpt_turns.jsonl
+# DATA_TGZ=benchmarks/gpu/data/recipe_greedy_4119.tgz REGEN_SECONDS=0: train on data regenerated earlier (folders
+# data/greedy, gB, gC, gD of greedy multi-turn replies), no regeneration; "greedy" arms then see data/greedy alone.
+[ -n "${DATA_TGZ:-}" ] && tar xzf "$DATA_TGZ" -C /tmp/pk
 P="--num-layers 4 --intermediate-size 384 --share-lm-head --max-depth 8 --cod-ratio 0.8"
 ARMS=${ARMS:-"peagleR|peagle|all|$P --hidden-noise 0.05
 peagleM0|peagle|all|$P --hidden-noise 0.05 --mask-token-id 0 --frozen-mask-embedding
@@ -34,18 +38,20 @@ cat > /tmp/pk/chain.sh <<CHAIN
 set -x
 cd /tmp/pk/code
 export PEAGLE_GGUF=$PEAGLE_GGUF PEAGLE_CACHE=$PEAGLE_CACHE PYTHONUNBUFFERED=1
-R="python -m peagle_lab regenerate --prompts /tmp/pk/sharegpt_turns.jsonl --all-turns --num-prompts 4000 --max-prompt-tokens 640 --max-new-tokens 384 --batch-size 512 --shard-size ${SHARD:-4000} --device cuda"
-timeout ${REGEN_SECONDS:-300} \$R --out /tmp/pk/data/greedy > /tmp/pk/regen-greedy.log 2>&1 &
-timeout ${REGEN_SECONDS:-300} \$R --out /tmp/pk/data/t07a --temperature 0.7 --seed 1 > /tmp/pk/regen-t07a.log 2>&1 &
-timeout ${REGEN_SECONDS:-300} \$R --out /tmp/pk/data/t07b --temperature 0.7 --seed 2 > /tmp/pk/regen-t07b.log 2>&1 &
-wait
+R="python -m peagle_lab regenerate --prompts /tmp/pk/sharegpt_turns.jsonl --all-turns --num-prompts 4000 --max-prompt-tokens 640 --max-new-tokens ${MAX_NEW:-256} --batch-size 512 --shard-size ${SHARD:-512} --device cuda"
+if [ ${REGEN_SECONDS:-300} -gt 0 ]; then
+# one process at a time (several on one GPU do not add up: 2026-12-01h), a third of REGEN_SECONDS each
+timeout $(( ${REGEN_SECONDS:-300} / 3 )) \$R --out /tmp/pk/data/greedy > /tmp/pk/regen-greedy.log 2>&1
+timeout $(( ${REGEN_SECONDS:-300} / 3 )) \$R --out /tmp/pk/data/t07a --temperature 0.7 --seed 1 > /tmp/pk/regen-t07a.log 2>&1
+timeout $(( ${REGEN_SECONDS:-300} / 3 )) \$R --out /tmp/pk/data/t07b --temperature 0.7 --seed 2 > /tmp/pk/regen-t07b.log 2>&1
+fi
 mkdir -p /tmp/pk/mix/all /tmp/pk/mix/greedy
-for d in greedy t07a t07b; do for f in /tmp/pk/data/\$d/shard-*.pt; do b=\$(basename "\$f"); ln -sf "\$f" "/tmp/pk/mix/all/shard-\$d-\${b#shard-}"; done; done
+for dd in /tmp/pk/data/*/; do d=\$(basename "\$dd"); for f in "\$dd"shard-*.pt; do b=\$(basename "\$f"); ln -sf "\$f" "/tmp/pk/mix/all/shard-\$d-\${b#shard-}"; done; done
 for f in /tmp/pk/data/greedy/shard-*.pt; do ln -sf "\$f" "/tmp/pk/mix/greedy/\$(basename "\$f")"; done
 python - <<'PY' > /tmp/pk/data_stats.json
-import glob, json, torch
+import glob, json, os, torch
 out = {}
-for d in ("greedy", "t07a", "t07b"):
+for d in sorted(os.path.basename(x.rstrip("/")) for x in glob.glob("/tmp/pk/data/*/")):
     n = t = r = 0
     for p in sorted(glob.glob(f"/tmp/pk/data/{d}/shard-*.pt")):
         for s in torch.load(p):
