@@ -9,4 +9,7 @@ for f in parts/gguf.part-0*; do cp "$f" /tmp/pk/; done
 for f in parts/data*.tgz; do [ -f "$f" ] && tar xzf "$f" -C /tmp/pk; done
 for f in parts/*.jsonl.gz; do [ -f "$f" ] && cp "$f" /tmp/pk/; done
 [ -d parts/nbwheels ] && mkdir -p /tmp/pk/nbwheels && cp -r parts/nbwheels/. /tmp/pk/nbwheels/
+# parts/wheels parked too (with nbwheels: the tree, one GGUF part and all of parts/wheels exceed 64 MiB since the
+# tree holds the data archive), so the call carrying gguf.part-02 can carry it alone.
+[ -d parts/wheels ] && mkdir -p /tmp/pk/wheels && cp parts/wheels/*.whl /tmp/pk/wheels/
 ls -la /tmp/pk; ls /tmp/pk/data* | wc -l

