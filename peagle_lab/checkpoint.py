@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -156,6 +157,34 @@ def config_from_dict(raw: dict) -> DrafterConfig:
         attention_bias=bool(raw.get("attention_bias", False)),
         parallel_drafting=mask_id is not None, mask_token_id=None if mask_id is None else int(mask_id),
         trained_depth=raw.get("peagle_trained_depth"), has_embed_tokens=True)
+
+
+def with_learned_mask_row(drafter: Eagle3Drafter, target, mask_token_id: int | None = None) -> Eagle3Drafter:
+    """The same P-EAGLE drafter with its mask token moved to ``mask_token_id`` (default: an id real text
+    never produces, :func:`~peagle_lab.drafter.default_mask_token_id`) and the mask row made a parameter of
+    its own, initialised to the row the drafter was trained with (the old mask id's embedding).
+
+    Drafts are unchanged (the mask slots see the same vector); fine-tuning the result
+    (``peagle-lab train --init-from``) then learns the row, and an export stores it beside the weights.
+    """
+    from .drafter import default_mask_token_id
+
+    if not drafter.cfg.parallel_drafting:
+        raise ValueError("an EAGLE-3 drafter has no mask token; only a P-EAGLE drafter can learn a mask row")
+    if drafter.mask_embedding is not None:
+        return drafter
+    table = target.model.get_input_embeddings().weight
+    old = drafter.cfg.mask_token_id
+    new = default_mask_token_id(target) if mask_token_id is None else int(mask_token_id)
+    if not 0 <= new < table.shape[0]:
+        raise ValueError(f"mask token id {new} is outside the target's vocabulary of {table.shape[0]}")
+    cfg = replace(drafter.cfg, mask_token_id=new, learned_mask_embedding=True)
+    out = Eagle3Drafter(cfg).to(drafter.fc.weight.device)
+    with torch.no_grad():
+        out.mask_embedding.copy_(table[old][None].to(out.mask_embedding))
+    out.load_state_dict({**drafter.state_dict(), "mask_embedding": out.mask_embedding.detach()})
+    out.share_target_weights(target)
+    return out
 
 
 def load_drafter(path: str | os.PathLike, target=None, dtype: torch.dtype = torch.float32) -> Eagle3Drafter:

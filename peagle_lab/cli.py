@@ -159,6 +159,33 @@ def _train_config(args, **overrides):
     return TrainConfig(**{**given, **overrides})
 
 
+def _init_drafter(args, target, mark):
+    """``--init-from``: the exported drafter to fine-tune and the settings its shape fixes (else ``None, {}``).
+
+    A P-EAGLE drafter with a frozen mask row gets a learned one (at ``--mask-token-id`` or an unused id,
+    starting from the row it was trained with: drafts unchanged) unless ``--frozen-mask-embedding``.
+    """
+    if not args.init_from:
+        return None, {}
+    from .checkpoint import load_drafter, with_learned_mask_row
+
+    init = load_drafter(args.init_from, target)
+    if init.cfg.parallel_drafting != (args.method == "peagle"):
+        raise SystemExit(f"--init-from {args.init_from} is {'a P-EAGLE' if init.cfg.parallel_drafting else 'an EAGLE-3'}"
+                         f" drafter; pass --method {'peagle' if init.cfg.parallel_drafting else 'eagle'}")
+    if init.cfg.parallel_drafting and init.mask_embedding is None and not args.frozen_mask_embedding:
+        old = init.cfg.mask_token_id
+        init = with_learned_mask_row(init, target, args.mask_token_id)
+        mark(f"mask token {old} -> {init.cfg.mask_token_id} with a learned row (starts as row {old}; "
+             "--frozen-mask-embedding keeps it as it is)")
+    shape = dict(num_layers=init.cfg.num_layers, intermediate_size=init.cfg.intermediate_size,
+                 draft_vocab_size=init.cfg.draft_vocab_size, share_lm_head=not init.cfg.has_lm_head)
+    if init.cfg.trained_depth:
+        shape["max_depth"] = init.cfg.trained_depth
+    mark(f"starting from {args.init_from} ({init.cfg.num_layers} layer(s), draft vocab {init.cfg.draft_vocab_size})")
+    return init, shape
+
+
 def cmd_train(args) -> int:
     import torch
 
@@ -180,20 +207,7 @@ def cmd_train(args) -> int:
     mark(f"target loaded on {target.device}")
     samples = load_samples(args.data)
     mark(f"{len(samples)} conversations loaded")
-    init = None
-    shape = {}                                          # settings --init-from and --share-lm-head decide
-    if args.init_from:                                   # fine-tune an exported drafter: its shape and vocabulary
-        from .checkpoint import load_drafter
-
-        init = load_drafter(args.init_from, target)
-        if init.cfg.parallel_drafting != (args.method == "peagle"):
-            raise SystemExit(f"--init-from {args.init_from} is {'a P-EAGLE' if init.cfg.parallel_drafting else 'an EAGLE-3'}"
-                             f" drafter; pass --method {'peagle' if init.cfg.parallel_drafting else 'eagle'}")
-        shape = dict(num_layers=init.cfg.num_layers, intermediate_size=init.cfg.intermediate_size,
-                     draft_vocab_size=init.cfg.draft_vocab_size, share_lm_head=not init.cfg.has_lm_head)
-        if init.cfg.trained_depth:
-            shape["max_depth"] = init.cfg.trained_depth
-        mark(f"starting from {args.init_from} ({init.cfg.num_layers} layer(s), draft vocab {init.cfg.draft_vocab_size})")
+    init, shape = _init_drafter(args, target, mark)
     cfg = _train_config(args, **shape)
     if cfg.share_lm_head:
         cfg = replace(cfg, draft_vocab_size=target.vocab_size)  # the target's own head scores every token

@@ -208,3 +208,48 @@ def test_ablation_eval_several_k_equals_one_eval_per_k(target, tmp_path):
         for name in drafters:
             assert out["results_by_k"][str(k)][name]["acceptance_length"] == alone[name]["acceptance_length"], (k, name)
             assert out["results_by_k"][str(k)][name]["acceptance_per_position"] == alone[name]["acceptance_per_position"]
+
+
+def test_learned_mask_row_conversion_keeps_the_drafts_and_trains_the_row(target, tmp_path):
+    """The shipped P-EAGLE (mask id 0, frozen) moved to the unused id with its own row: the same drafts before
+    training (the oracle), stored and read back as a learned row, and `train --init-from` converts it by default."""
+    from peagle_lab.checkpoint import with_learned_mask_row
+    from peagle_lab.drafters_registry import drafter_for
+
+    shipped, _ = drafter_for(target, "peagle")
+    assert shipped.mask_embedding is None and shipped.cfg.mask_token_id == 0
+    moved = with_learned_mask_row(shipped, target).eval()
+    table = target.model.get_input_embeddings().weight
+    assert moved.cfg.mask_token_id == 16 and torch.equal(moved.mask_embedding[0], table[0].to(moved.mask_embedding))
+    ids = target.chat_ids("Explain what a hash map is.")
+    out = target.forward(torch.tensor(ids), target.new_cache())
+    ctx = torch.tensor(ids[1:] + [int(out.logits[0, -1].argmax())])
+    for k in (3, 7):
+        assert torch.equal(draft_parallel(moved, moved.new_cache(), ctx, out.aux[0], k=k).tokens,
+                           draft_parallel(shipped, shipped.new_cache(), ctx, out.aux[0], k=k).tokens)
+    assert torch.equal(moved.embed(torch.tensor([5, 16])), shipped.embed(torch.tensor([5, 0])))
+    back = load_drafter(save_drafter(moved, tmp_path / "moved"), target)
+    assert back.cfg.mask_token_id == 16 and torch.equal(back.mask_embedding, moved.mask_embedding)
+    with pytest.raises(ValueError, match="EAGLE-3 drafter has no mask token"):
+        with_learned_mask_row(drafter_for(target, "eagle")[0], target)
+    with pytest.raises(ValueError, match="outside the target's vocabulary"):
+        with_learned_mask_row(shipped, target, 10**6)
+
+
+def test_train_init_from_learns_the_mask_row_unless_frozen(target):
+    from argparse import Namespace
+
+    from peagle_lab.cli import _init_drafter
+    from peagle_lab.drafters_registry import shipped
+
+    marks = []
+    args = Namespace(init_from=str(shipped()["peagle-smollm2"]), method="peagle", frozen_mask_embedding=False,
+                     mask_token_id=None)
+    init, shape = _init_drafter(args, target, marks.append)
+    assert init.mask_embedding is not None and init.cfg.mask_token_id == 16
+    assert shape["num_layers"] == init.cfg.num_layers and "mask token 0 -> 16" in marks[0]
+    kept, _ = _init_drafter(Namespace(**{**vars(args), "frozen_mask_embedding": True}), target, marks.append)
+    assert kept.mask_embedding is None and kept.cfg.mask_token_id == 0
+    with pytest.raises(SystemExit, match="pass --method peagle"):
+        _init_drafter(Namespace(**{**vars(args), "method": "eagle"}), target, marks.append)
+    assert _init_drafter(Namespace(**{**vars(args), "init_from": None}), target, marks.append) == (None, {})

@@ -15,7 +15,8 @@
 # Second use (results/device_recipe_2026-12-01h.json): one shard of all 4,000 conversations with three processes side by
 # side saved nothing in 300 s; one process with shards of 512 made ~15 samples/s. Now: shards of 512, <= 256 new
 # tokens, the three regenerations one after another, or DATA_TGZ (below) to skip regeneration.
-#   ARMS="name|method|data|flags"  data: all (greedy + both sampled) or greedy.
+#   ARMS="name|method|data|flags"  data: all (greedy + both sampled) or greedy. An arm's flags come last, so they
+#   override the shared ones (--lr 3e-4 --init-from peagle_lab/drafters/peagle-smollm2: a fine-tuning arm).
 set -uxo pipefail
 export PEAGLE_GGUF=/tmp/pk/SmolLM2-135M-Instruct.Q4_1.gguf PEAGLE_CACHE=/tmp/pk/cache PYTHONPATH=. PYTHONUNBUFFERED=1
 WHL=parts/wheels; [ -d "$WHL" ] || WHL=/tmp/pk/wheels   # parked by 06_park.sh when the call cannot carry it
@@ -64,10 +65,10 @@ cat /tmp/pk/data_stats.json
 CHAIN
 echo "$ARMS" | while IFS='|' read -r name method data flags; do
   cat >> /tmp/pk/chain.sh <<CHAIN
-OMP_NUM_THREADS=2 python -m peagle_lab train --method $method $flags --group-by-length --data /tmp/pk/mix/$data \
+OMP_NUM_THREADS=2 python -m peagle_lab train --method $method --group-by-length --data /tmp/pk/mix/$data \
   --out /tmp/pk/run-$name --export /tmp/pk/$name --device cuda --batch-size ${BATCH:-32} --max-len 1024 --steps 100000 \
   --warmup-steps 100 --lr ${LR:-1e-3} --checkpoint-every ${CKPT:-300} --max-minutes ${TRAIN_MINUTES:-12} --val-prompts 10 \
-  > /tmp/pk/train-$name.log 2>&1 < /dev/null &
+  $flags > /tmp/pk/train-$name.log 2>&1 < /dev/null &
 CHAIN
 done
 echo "wait" >> /tmp/pk/chain.sh
