@@ -80,7 +80,7 @@ def generate(target: Target, prompt_ids: list[int], *, method: str = "peagle", d
     check_compatible(drafter, target, k if method == "peagle" else None)
     draft_fn = DRAFTERS[method]
     eos = target.eos_token_ids if stop_at_eos else ()
-    gen = torch.Generator(device=target.device).manual_seed(seed) if seed is not None else None
+    gen = torch.Generator().manual_seed(seed) if seed is not None else None
     stats, times, steps = AcceptanceStats(k), StepTimes(), []
     device = target.device
 

@@ -24,7 +24,12 @@ def probs_from_logits(logits: torch.Tensor, temperature: float, top_p: float = 1
 
 
 def sample(probs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
-    """One token per row of ``probs`` (shape ``(..., V)`` -> ``(...)``)."""
+    """One token per row of ``probs`` (shape ``(..., V)`` -> ``(...)``), on ``probs``' device.
+
+    A seeded ``generator`` draws where it lives: the engines seed a CPU generator, so the same seed makes
+    the same draws whether the target runs on the CPU or a GPU (probabilities on a GPU visit the CPU)."""
+    if generator is not None and generator.device != probs.device:
+        return sample(probs.to(generator.device), generator).to(probs.device)
     flat = probs.reshape(-1, probs.shape[-1])
     out = torch.multinomial(flat, 1, generator=generator).squeeze(-1)
     return out.reshape(probs.shape[:-1])

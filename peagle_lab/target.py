@@ -197,7 +197,7 @@ class Target:
     def generate(self, prompt_ids: list[int], max_new_tokens: int, *, temperature: float = 0.0,
                  top_p: float = 1.0, seed: int | None = None, stop_at_eos: bool = True) -> Generation:
         """Plain autoregressive decoding, one target forward per token (the AR baseline)."""
-        gen = torch.Generator(device=self.device).manual_seed(seed) if seed is not None else None
+        gen = torch.Generator().manual_seed(seed) if seed is not None else None
         t0 = time.perf_counter()
         cache = self.new_cache()
         logits = self.forward(torch.tensor(prompt_ids), cache, aux=False).logits[0, -1]

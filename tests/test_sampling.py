@@ -14,7 +14,7 @@ from scipy.stats import chisquare
 from helpers import random_drafter, tiny_target
 from peagle_lab import engine, verify
 from peagle_lab.engine import generate
-from peagle_lab.sampling import probs_from_logits
+from peagle_lab.sampling import probs_from_logits, sample
 
 PROMPT = [1, 5, 2]
 N_NEW = 3
@@ -86,3 +86,12 @@ def test_residual_resampling_on_a_known_case():
     accepted = sum(n == 1 for n, _ in firsts)
     assert abs(accepted / 4000 - 0.5) < 0.03
     assert all(tok == 1 for n, tok in firsts if n == 0)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (run with PEAGLE_TEST_DEVICE=cuda on one)")
+def test_a_seeded_cpu_generator_draws_the_same_tokens_for_gpu_probabilities():
+    """The engines seed a CPU generator; probabilities on a GPU are drawn on the CPU and come back."""
+    probs = torch.softmax(torch.randn(4, 50, generator=torch.Generator().manual_seed(0)), -1)
+    on_cpu = sample(probs, torch.Generator().manual_seed(7))
+    on_gpu = sample(probs.cuda(), torch.Generator().manual_seed(7))
+    assert on_gpu.device.type == "cuda" and torch.equal(on_gpu.cpu(), on_cpu)
