@@ -114,3 +114,25 @@ def test_compile_failure_falls_back_with_reason():
     assert fn is step and "torch.compile failed" in reason
     fn()
     assert x.tolist() == [1.0, 1.0]                        # the failed attempt did not run the step
+
+
+def test_bench_passes_compile_through(target, monkeypatch):
+    """`bench --engine fast --compile`: every fast generation gets compile=True, the settings say so and rows
+    carry their warm-up time; with the teaching engine --compile is refused, naming the fix. (The real
+    target compiles for minutes on a CPU, so the compile itself is recorded, not run, here.)"""
+    from peagle_lab import bench
+
+    seen = []
+
+    def recording(target, ids, **kw):
+        seen.append(kw["compile"])
+        return generate_fast(target, ids, **dict(kw, compile=False))
+
+    monkeypatch.setattr(bench, "generate_fast", recording)
+    out = bench.run_bench(methods=["ar"], ks=[2], prompts="mt-bench", num_prompts=1, max_new_tokens=2, target=target,
+                          progress=False, engine="fast", compile=True)
+    assert seen and all(seen) and out["settings"]["compile"] is True
+    assert out["results"][0]["warmup_s"] > 0
+    with pytest.raises(SystemExit, match="--engine fast"):
+        bench.run_bench(methods=["ar"], ks=[2], prompts="mt-bench", num_prompts=1, max_new_tokens=2, target=target,
+                        progress=False, engine="teaching", compile=True)
