@@ -12,12 +12,14 @@
 # Raw JSON: $OUT/fused_engine_h200.json (+ the per-phase parts and logs).
 # Needs the GGUF parked first (README.md: 06_park.sh with gguf.part-00, then -01; this call carries
 # parts/gguf.part-02 parts/wheels).
-# Plumbing dry run on a CPU (compiles the 30-layer target's AR step on the CPU: minutes):
-#   DEVICE=cpu RUN_TESTS=0 DTYPE=float32 KS=2 METHODS=ar NUM_PROMPTS=1 MAX_NEW=8 OUT=/tmp/o bash benchmarks/gpu/23_fused_engine.sh
+# Plumbing dry run on a CPU (PEAGLE_GGUF / PEAGLE_CACHE set to your GGUF and cache; compiling the 30-layer
+# target's AR step on a 2-core CPU took 25 s, AR + EAGLE-3 + P-EAGLE at one K ~70 s):
+#   DEVICE=cpu RUN_TESTS=0 DTYPE=float32 KS=2 AR_CHECK=1 NUM_PROMPTS=1 MAX_NEW=16 OUT=/tmp/o bash benchmarks/gpu/23_fused_engine.sh
 set -uo pipefail
 export PEAGLE_GGUF=${PEAGLE_GGUF:-/tmp/pk/SmolLM2-135M-Instruct.Q4_1.gguf} PEAGLE_CACHE=${PEAGLE_CACHE:-/tmp/pk/cache}
 export PYTHONPATH=. PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 export KS=${KS:-3,5,7} METHODS=${METHODS:-ar,eagle,peagle} NUM_PROMPTS=${NUM_PROMPTS:-12} MAX_NEW=${MAX_NEW:-256}
+export AR_CHECK=${AR_CHECK:-3}                    # prompts on which compiled and plain greedy AR are compared
 DTYPE=${DTYPE:-bfloat16}
 TOTAL_S=${TOTAL_S:-420}
 OUT=${OUT:-/tmp/fused_engine_out}; mkdir -p "$OUT"

@@ -10,7 +10,8 @@ phase keeps the others' results.
     python benchmarks/gpu/fast_engine_bench.py pair --out fused_engine_h200.json part_plain.json part_fused*.json
 
 Environment: KS (default 1,2,3,4,5,6,7,8), METHODS (ar,eagle,peagle), NUM_PROMPTS (12, spread over MT-Bench), MAX_NEW (256),
-HF_PROMPTS (3; 0 skips the reference), DEVICE (cuda; cpu for a dry run of the plumbing).
+HF_PROMPTS (3; 0 skips the reference), AR_CHECK (0; N: a bench phase also
+keeps the greedy AR tokens of the first N prompts, for `pair`), DEVICE (cuda; cpu for a dry run of the plumbing).
 """
 from __future__ import annotations
 
@@ -30,7 +31,8 @@ KS = [int(k) for k in ENV.get("KS", "1,2,3,4,5,6,7,8").split(",") if k]
 METHODS = [m for m in ENV.get("METHODS", "ar,eagle,peagle").split(",") if m]
 NUM_PROMPTS = int(ENV.get("NUM_PROMPTS", "12"))
 MAX_NEW = int(ENV.get("MAX_NEW", "256"))
-DEVICE = ENV.get("DEVICE", "cuda")                  # cpu: a dry run of the script's plumbing
+DEVICE = ENV.get("DEVICE", "cuda")
+AR_CHECK = int(ENV.get("AR_CHECK", "0"))                  # cpu: a dry run of the script's plumbing
 
 
 def write(path: str, data: dict) -> None:
@@ -54,12 +56,12 @@ def graphs_report(target) -> list[dict]:
 
 
 def ar_outputs(target, max_len: int, compile: bool) -> list[list[int]]:
-    """Greedy AR tokens of the first $AR_CHECK (3) prompts: `pair` compares compiled with plain. The fused
+    """Greedy AR tokens of the first $AR_CHECK prompts: `pair` compares compiled with plain. The fused
     kernels round differently (bf16), so a near-tie may flip and the two engines' greedy texts part."""
     from peagle_lab.fast import generate_fast
     from peagle_lab.prompts import load_prompts
 
-    prompts = load_prompts("mt-bench", NUM_PROMPTS, spread=True)[: int(ENV.get("AR_CHECK", "3"))]
+    prompts = load_prompts("mt-bench", NUM_PROMPTS, spread=True)[:AR_CHECK]
     return [generate_fast(target, target.chat_ids(p), method="ar", max_new_tokens=MAX_NEW, max_len=max_len,
                           compile=compile).tokens for p in prompts]
 
@@ -78,7 +80,7 @@ def cmd_bench(args) -> dict:
                        time_budget_s=None if args.budget is None else args.budget - (time.time() - STARTED),
                        progress=True)
     result["graphs"] = graphs_report(target)
-    if args.compile or "ar" in METHODS:
+    if AR_CHECK:
         result["ar_tokens"] = ar_outputs(target, result["settings"]["max_len"], args.compile)
     result["wall_s"] = time.time() - t0
     for r in result["results"]:

@@ -12,7 +12,9 @@ the matmuls (RMSNorm, RoPE, residual adds, SiLU * up, the mask, the acceptance a
 few generated kernels; the compiled function is then captured like any other. A graph that is still
 one launch is cheaper to replay when it holds fewer kernels: at batch 1 each costs ~1-2 us on the
 device however small it is. The first call compiles (``compile_s`` records how long); a compile that
-fails leaves the plain function in place and says why in ``reason``.
+fails leaves the plain function in place and says why in ``reason``. Not ``mode="reduce-overhead"``:
+its own CUDA graphs would copy inputs into graph-owned buffers and replay per call, while our steps
+already read and write fixed buffers, and one capture path serves compiled and plain steps alike.
 
 Floors, for reading a measured step time:
 
