@@ -58,6 +58,7 @@ class _Row:
     identical_prompts: int = 0
     times: dict = field(default_factory=lambda: {"prefill": 0.0, "draft": 0.0, "verify": 0.0, "bookkeeping": 0.0})
     steps: int = 0
+    warmup_s: float = 0.0
     error: str | None = None
 
     def add(self, toks: list[list[int]], seconds: float, accs: list, split: StepTimes | None) -> None:
@@ -109,6 +110,7 @@ class _Runner:
     temperature: float
     max_len: int
     keep_going: bool = False
+    compile: bool = False
 
     def fast(self, row: _Row) -> bool:
         """Rows the fast engine runs: batch 1, greedy (sampling stays on the teaching engine)."""
@@ -127,7 +129,7 @@ class _Runner:
                 outs.append(target.hf_generate(ids, budget, temperature=temperature, seed=seed))
             elif self.fast(row):
                 outs.append(generate_fast(target, ids, method=row.method, drafter=drafter, k=k, max_new_tokens=budget,
-                                          temperature=temperature, seed=seed, max_len=self.max_len))
+                                          temperature=temperature, seed=seed, max_len=self.max_len, compile=self.compile))
                 row.steps += len(outs[-1].tokens) if row.method == "ar" else len(outs[-1].steps)
             else:
                 outs.append(generate(target, ids, method=row.method, drafter=drafter, k=k, max_new_tokens=budget,
@@ -152,17 +154,19 @@ class _Runner:
             return None
 
     def warm_up(self, rows: list[_Row], prompts: list[list[int]], seed: int) -> None:
-        """One short generation (or batch) per configuration, discarded (it captures the fast engine's graphs)."""
+        """One short generation (or batch) per configuration, discarded (it compiles and captures the fast
+        engine's steps; ``row.warmup_s`` keeps how long that took)."""
         warm = [ids[:64] for ids in prompts]
         for row in rows:
+            t0 = time.perf_counter()
             self.attempt(row, warm[: row.batch_size], seed, budget=min(self.max_new_tokens, 16))
-            row.steps = 0
+            row.steps, row.warmup_s = 0, time.perf_counter() - t0
 
     def untimed_ar(self, prompts: dict[int, list[int]]) -> dict[int, list[int]]:
         """Greedy AR output of ``{index: prompt}``, untimed (identical_to_ar needs it when no ar row ran);
         with keep_going a failure leaves ``{}`` (identical_to_ar stays null)."""
         gen = generate_fast if self.engine == "fast" else generate
-        kw = {"max_len": self.max_len} if self.engine == "fast" else {}
+        kw = {"max_len": self.max_len, "compile": self.compile} if self.engine == "fast" else {}
         try:
             return {i: gen(self.target, ids, method="ar", max_new_tokens=self.max_new_tokens, **kw).tokens
                     for i, ids in prompts.items()}
@@ -226,6 +230,7 @@ def _row_result(runner: _Runner, row: _Row, num_prompts: int) -> dict:
         "identical_prompts": row.identical_prompts if row.identical is not None else None,
         "num_prompts": num_prompts, "new_tokens": row.tokens, "seconds": row.seconds,
         "time_split_s": row.times if (row.stats or engine == "fast") else None,
+        "warmup_s": row.warmup_s,
     }
     if engine == "fast":                       # per speculative step (per token for AR), milliseconds
         per = 1e3 / row.steps if row.steps else 0.0
@@ -264,7 +269,7 @@ def run_bench(*, methods, ks, prompts: str, num_prompts: int, max_new_tokens: in
               target: Target | None = None, target_name: str | None = None, eagle_drafter: str | None = None,
               peagle_drafter: str | None = None, seed: int = 0, progress: bool = True,
               batch_sizes=(1,), spread: bool = False, engine: str = "auto", device: str = "auto",
-              dtype: str = "float32", max_len: int | None = None, keep_going: bool = False,
+              dtype: str = "float32", max_len: int | None = None, keep_going: bool = False, compile: bool = False,
               time_budget_s: float | None = None, hbm_bytes_per_s: float = H200_HBM_BYTES_PER_S) -> dict:
     """Run the benchmark and return the JSON-ready result (``{"results": [...], ...}``).
 
@@ -278,13 +283,18 @@ def run_bench(*, methods, ks, prompts: str, num_prompts: int, max_new_tokens: in
     ``engine``: see the module docstring (B > 1 always uses the batched engine). ``max_len``: the
     fast engine's static cache (default: longest prompt + max_new_tokens + max K + 1). ``keep_going``:
     a configuration that raises gets its ``error`` recorded and is skipped from then on, the rest
-    run on. ``time_budget_s``: start no new round of prompts this long after the call began (loading
-    and warm-up included; rows then report the prompts actually run; the first round always runs). ``hbm_bytes_per_s``: bandwidth for the memory floor (H200: 4.8 TB/s).
+    run on. ``compile``: the fast engine fuses its steps with ``torch.compile`` before capturing them
+    (rows' ``warmup_s`` then includes the compile). ``time_budget_s``: start no new round of prompts
+    this long after the call began (loading and warm-up included; rows then report the prompts actually
+    run; the first round always runs). ``hbm_bytes_per_s``: bandwidth for the memory floor (H200: 4.8 TB/s).
     """
     started = time.perf_counter()
     batch_sizes = _checked_batch_sizes(methods, batch_sizes, temperature, dtype)
     target = target or Target.load(target_name, dtype=DTYPES[dtype], device=resolve_device(device))
     engine = resolve_engine(engine, str(target.device))
+    if compile and engine != "fast":
+        raise SystemExit(f"compile fuses the fast engine's steps, but this bench runs the {engine} engine: "
+                         "add --engine fast (or drop --compile)")
     drafters = _load_drafters(methods, {"eagle": eagle_drafter, "peagle": peagle_drafter}, target,
                               target_is_default=target_name in (None, "smollm2"))
     rows = [_Row(m, k, b, stats=AcceptanceStats(k) if k else None)
@@ -297,7 +307,7 @@ def run_bench(*, methods, ks, prompts: str, num_prompts: int, max_new_tokens: in
               file=sys.stderr)
     if max_len is None:
         max_len = max(len(p) for p in prompt_ids) + max_new_tokens + max(ks, default=1) + 1
-    runner = _Runner(target, drafters, engine, max_new_tokens, temperature, max_len, keep_going)
+    runner = _Runner(target, drafters, engine, max_new_tokens, temperature, max_len, keep_going, compile)
     runner.warm_up(rows, prompt_ids[: batch_sizes[-1]], seed)
     done = _bench_rounds(runner, rows, prompt_ids, math.lcm(*batch_sizes), seed, started=started,
                          time_budget_s=time_budget_s, progress=progress)
@@ -307,7 +317,7 @@ def run_bench(*, methods, ks, prompts: str, num_prompts: int, max_new_tokens: in
                         "temperature": temperature, "methods": list(methods), "k": list(ks),
                         "batch_size": batch_sizes, "engine": engine, "device": str(target.device),
                         "dtype": str(next(target.model.parameters()).dtype).removeprefix("torch."),
-                        "max_len": max_len if engine == "fast" else None},
+                        "max_len": max_len if engine == "fast" else None, "compile": compile and engine == "fast"},
            "results": [_row_result(runner, row, done) for row in rows]}
     if engine == "fast" and target.device.type == "cuda":
         out["floors"] = floors(target, drafters, max_len, hbm_bytes_per_s)

@@ -75,7 +75,8 @@ def cmd_bench(args) -> int:
                        max_new_tokens=args.max_new_tokens, temperature=args.temperature, target_name=args.target,
                        eagle_drafter=args.eagle_drafter, peagle_drafter=args.peagle_drafter, seed=args.seed,
                        batch_sizes=args.batch_size, spread=args.spread, engine=args.engine, device=args.device,
-                       dtype=args.dtype, hbm_bytes_per_s=args.hbm_gbps * 1e9, time_budget_s=args.time_budget)
+                       dtype=args.dtype, hbm_bytes_per_s=args.hbm_gbps * 1e9, time_budget_s=args.time_budget,
+                       compile=args.compile)
     result["command"] = "peagle-lab " + " ".join(args.argv)
     result["info"] = collect(count_prompts=False)
     write_json(result, args.json)
@@ -405,6 +406,9 @@ def add_bench_parser(sub) -> None:
     s.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda")
     s.add_argument("--engine", default="auto", choices=["auto", "teaching", "fast"],
                    help="auto: fast (static caches, CUDA graphs) on CUDA, teaching on CPU; fast is greedy, batch 1")
+    s.add_argument("--compile", action="store_true",
+                   help="fast engine: fuse each step with torch.compile before capturing it (fewer kernels a step; "
+                        "the warm-up pays the compile, reported per row as warmup_s)")
     s.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
                    help="target and drafter weights (float32 on CPUs without native bf16)")
     s.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",

@@ -62,7 +62,7 @@ def test_static_forward_float64_odd_shapes():
     tiny = tiny_target(vocab=50, head_dim=8)
     tiny.model.double()
     st = StaticTarget(tiny, 64)
-    assert st.keys.dtype == torch.float64 and st.rep == 2
+    assert st.keys[0].dtype == torch.float64 and st.rep == 2
     _steps_oracle(tiny, st, [1, 5, 9, 2, 7], [[3], [4, 8, 1], [6, 6]], [0, 0, 2], tol_logits=1e-5, tol_aux_rel=1e-6)
 
 

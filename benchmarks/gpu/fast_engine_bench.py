@@ -1,13 +1,17 @@
 """The fast engine on a GPU: `peagle-lab bench --engine fast` per dtype, transformers' static-cache
-`generate` as a reference, and a merge into one raw JSON. Driven by `20_fast_engine.sh`, one phase per
-process so a timeout or crash in one phase keeps the others' results.
+`generate` as a reference, and a merge into one raw JSON. Driven by `20_fast_engine.sh` (and, with
+`--compile` and `pair`, by `23_fused_engine.sh`), one phase per process so a timeout or crash in one
+phase keeps the others' results.
 
     python benchmarks/gpu/fast_engine_bench.py bench --dtype bfloat16 --budget 90 --out part_bf16.json
+    python benchmarks/gpu/fast_engine_bench.py bench --dtype bfloat16 --compile --out part_fused.json
     python benchmarks/gpu/fast_engine_bench.py hf-static --dtype bfloat16 --out part_hf.json
     python benchmarks/gpu/fast_engine_bench.py merge --out fast_engine_h200.json part_*.json
+    python benchmarks/gpu/fast_engine_bench.py pair --out fused_engine_h200.json part_plain.json part_fused*.json
 
-Environment: KS (default 1,2,3,4,5,6,7,8), NUM_PROMPTS (12, spread over MT-Bench), MAX_NEW (256),
-HF_PROMPTS (3; 0 skips the reference), DEVICE (cuda; cpu for a dry run of the plumbing).
+Environment: KS (default 1,2,3,4,5,6,7,8), METHODS (ar,eagle,peagle), NUM_PROMPTS (12, spread over MT-Bench), MAX_NEW (256),
+HF_PROMPTS (3; 0 skips the reference), AR_CHECK (0; N: a bench phase also
+keeps the greedy AR tokens of the first N prompts, for `pair`), DEVICE (cuda; cpu for a dry run of the plumbing).
 """
 from __future__ import annotations
 
@@ -24,9 +28,11 @@ import torch
 STARTED = time.time()
 ENV = os.environ
 KS = [int(k) for k in ENV.get("KS", "1,2,3,4,5,6,7,8").split(",") if k]
+METHODS = [m for m in ENV.get("METHODS", "ar,eagle,peagle").split(",") if m]
 NUM_PROMPTS = int(ENV.get("NUM_PROMPTS", "12"))
 MAX_NEW = int(ENV.get("MAX_NEW", "256"))
-DEVICE = ENV.get("DEVICE", "cuda")                  # cpu: a dry run of the script's plumbing
+DEVICE = ENV.get("DEVICE", "cuda")
+AR_CHECK = int(ENV.get("AR_CHECK", "0"))                  # cpu: a dry run of the script's plumbing
 
 
 def write(path: str, data: dict) -> None:
@@ -39,11 +45,25 @@ def write(path: str, data: dict) -> None:
 def graphs_report(target) -> list[dict]:
     from peagle_lab.fast import engine as fe
     out = []
-    for (method, _, k, max_len, capture), eng in fe._ENGINES.get(target, {}).items():
+    for (method, _, k, max_len, capture, compiled), eng in fe._ENGINES.get(target, {}).items():
         out.append({"method": method, "k": k, "max_len": max_len, "verify_captured": eng.verify.captured,
                     "draft_captured": None if eng.draft is None else eng.draft.captured,
+                    "compile": compiled, "verify_compiled": eng.verify.compiled,
+                    "draft_compiled": None if eng.draft is None else eng.draft.compiled,
+                    "compile_s": eng.compile_s,
                     "reason": eng.verify.reason or (eng.draft.reason if eng.draft is not None else None)})
     return out
+
+
+def ar_outputs(target, max_len: int, compile: bool) -> list[list[int]]:
+    """Greedy AR tokens of the first $AR_CHECK prompts: `pair` compares compiled with plain. The fused
+    kernels round differently (bf16), so a near-tie may flip and the two engines' greedy texts part."""
+    from peagle_lab.fast import generate_fast
+    from peagle_lab.prompts import load_prompts
+
+    prompts = load_prompts("mt-bench", NUM_PROMPTS, spread=True)[:AR_CHECK]
+    return [generate_fast(target, target.chat_ids(p), method="ar", max_new_tokens=MAX_NEW, max_len=max_len,
+                          compile=compile).tokens for p in prompts]
 
 
 def cmd_bench(args) -> dict:
@@ -52,20 +72,24 @@ def cmd_bench(args) -> dict:
 
     t0 = time.time()
     target = Target.load(None, dtype=DTYPES[args.dtype], device=DEVICE)
-    print(f"[{args.dtype}] target loaded in {time.time() - t0:.1f} s; K={KS}, {NUM_PROMPTS} prompts x {MAX_NEW} tokens", flush=True)
-    result = run_bench(methods=["ar", "eagle", "peagle"], ks=KS, prompts="mt-bench", num_prompts=NUM_PROMPTS,
-                       spread=True, max_new_tokens=MAX_NEW, target=target, engine="fast", keep_going=True,
+    tag = f"{args.dtype}{' compiled' if args.compile else ''}"
+    print(f"[{tag}] target loaded in {time.time() - t0:.1f} s; {METHODS} K={KS}, {NUM_PROMPTS} prompts x {MAX_NEW} tokens",
+          flush=True)
+    result = run_bench(methods=METHODS, ks=KS, prompts="mt-bench", num_prompts=NUM_PROMPTS,
+                       spread=True, max_new_tokens=MAX_NEW, target=target, engine="fast", keep_going=True, compile=args.compile,
                        time_budget_s=None if args.budget is None else args.budget - (time.time() - STARTED),
                        progress=True)
     result["graphs"] = graphs_report(target)
+    if AR_CHECK:
+        result["ar_tokens"] = ar_outputs(target, result["settings"]["max_len"], args.compile)
     result["wall_s"] = time.time() - t0
     for r in result["results"]:
         split = r.get("step_split_ms") or {}
-        print(f"[{args.dtype}] {r['method']:6s} k={r['k']!s:4s} {r['tokens_per_s']:8.1f} tok/s  AL "
+        print(f"[{tag}] {r['method']:6s} k={r['k']!s:4s} {r['tokens_per_s']:8.1f} tok/s  AL "
               f"{r['acceptance_length'] or 0:.2f}  identical {r['identical_to_ar']}  step ms: verify "
               f"{split.get('verify', 0):.3f} draft {split.get('draft', 0):.3f} host {split.get('host', 0):.3f}"
-              + (f"  ERROR {r['error']}" if r.get("error") else ""), flush=True)
-    print(f"[{args.dtype}] floors: {json.dumps(result.get('floors'))}", flush=True)
+              + f"  warm-up {r['warmup_s']:.1f} s" + (f"  ERROR {r['error']}" if r.get("error") else ""), flush=True)
+    print(f"[{tag}] floors: {json.dumps(result.get('floors'))}", flush=True)
     return result
 
 
@@ -106,10 +130,11 @@ def cmd_hf_static(args) -> dict:
             "seconds": seconds, "tokens_per_s": tokens / seconds if seconds else 0.0, "warmup_compile_s": compile_s}
 
 
-def cmd_merge(args) -> dict:
+def _header(script: str) -> dict:
+    """What every merged JSON starts with: the command, date, machine, versions, settings and info."""
     from peagle_lab.info import collect
 
-    merged = {"command": ENV.get("COMMAND", "bash benchmarks/gpu/20_fast_engine.sh"),
+    merged = {"command": ENV.get("COMMAND", f"bash benchmarks/gpu/{script}"),
               "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
               "machine": torch.cuda.get_device_name() if torch.cuda.is_available() else "no CUDA device",
               "versions": {"torch": torch.__version__, "cuda": torch.version.cuda,
@@ -126,7 +151,12 @@ def cmd_merge(args) -> dict:
         merged["info"] = collect(count_prompts=False)
     except Exception as err:  # noqa: BLE001
         merged["info"] = {"error": repr(err)}
-    for part in args.parts:
+    return merged
+
+
+def _parts(paths: list[str], merged: dict):
+    """``(name, data)`` for each phase's JSON that exists and holds no error; the others go to ``errors``."""
+    for part in paths:
         name = Path(part).stem
         if not Path(part).exists():
             merged["errors"][name] = "missing (the phase timed out or crashed before writing; see the log)"
@@ -134,7 +164,14 @@ def cmd_merge(args) -> dict:
         data = json.loads(Path(part).read_text())
         if "error" in data:
             merged["errors"][name] = data["error"]
-        elif data.get("method") == "hf-static":
+        else:
+            yield name, data
+
+
+def cmd_merge(args) -> dict:
+    merged = _header("20_fast_engine.sh")
+    for name, data in _parts(args.parts, merged):
+        if data.get("method") == "hf-static":
             merged["references"].append(data)
         else:
             dtype = data["settings"]["dtype"]
@@ -143,16 +180,64 @@ def cmd_merge(args) -> dict:
     return merged
 
 
+def _side(row: dict | None) -> dict | None:
+    keys = ("tokens_per_s", "acceptance_length", "identical_to_ar", "num_prompts", "step_split_ms", "warmup_s", "error")
+    return None if row is None else {key: row.get(key) for key in keys}
+
+
+def _pair(method: str, k, plain: dict | None, fused: dict | None) -> dict:
+    """One configuration, compile off and on: both rows' essentials and on/off ratios (tokens/s, step parts)."""
+    out = {"method": method, "k": k, "plain": _side(plain), "compiled": _side(fused)}
+    if plain and fused and plain["tokens_per_s"] and fused["tokens_per_s"]:
+        out["speedup"] = fused["tokens_per_s"] / plain["tokens_per_s"]
+        a, b = plain.get("step_split_ms") or {}, fused.get("step_split_ms") or {}
+        parts = ("verify", "host") if method == "ar" else ("verify", "draft", "host")   # AR drafts nothing
+        out["step_ms_ratio"] = {key: b[key] / a[key] for key in parts if a.get(key) and key in b}
+    return out
+
+
+def _same_tokens(runs: list[dict]) -> dict | None:
+    """Per checked prompt: do plain and compiled greedy AR agree, and where do they first part?"""
+    plain = next((r["ar_tokens"] for r in runs if "ar_tokens" in r and not r["settings"].get("compile")), None)
+    fused = next((r["ar_tokens"] for r in runs if "ar_tokens" in r and r["settings"].get("compile")), None)
+    if plain is None or fused is None:
+        return None
+    first = [next((i for i, (a, b) in enumerate(zip(p, f)) if a != b), None if len(p) == len(f) else min(len(p), len(f)))
+             for p, f in zip(plain, fused)]
+    return {"prompts": len(first), "identical": sum(i is None for i in first), "first_difference_at": first}
+
+
+def cmd_pair(args) -> dict:
+    """23_fused_engine.sh: the compile-off phase and the compile-on phases side by side, a pair per (method, K).
+    AR runs in every compile-on phase (the reference of its K's rows); the pair keeps the first."""
+    merged = _header("23_fused_engine.sh")
+    rows: dict = {}
+    for name, data in _parts(args.parts, merged):
+        merged["runs"][name] = data
+        mode = "compiled" if data["settings"].get("compile") else "plain"
+        for r in data["results"]:
+            merged["results"].append(dict(r, dtype=data["settings"]["dtype"], compile=mode == "compiled", part=name))
+            rows.setdefault((r["method"], r["k"]), {}).setdefault(mode, r)
+    merged["pairs"] = [_pair(m, k, both.get("plain"), both.get("compiled")) for (m, k), both in rows.items()]
+    merged["ar_plain_vs_compiled"] = _same_tokens(list(merged["runs"].values()))
+    for p in merged["pairs"]:
+        tps = [f"{(p[mode] or {}).get('tokens_per_s') or 0:8.1f}" for mode in ("plain", "compiled")]
+        print(f"[pair] {p['method']:6s} k={p['k']!s:4s} tok/s off {tps[0]} on {tps[1]}  x{p.get('speedup', 0):.2f}  "
+              f"step ratios {json.dumps({k: round(v, 3) for k, v in p.get('step_ms_ratio', {}).items()})}", flush=True)
+    return merged
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("phase", choices=["bench", "hf-static", "merge"])
+    ap.add_argument("phase", choices=["bench", "hf-static", "merge", "pair"])
     ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
     ap.add_argument("--budget", type=float, default=None,
                     help="bench: start no new round of prompts this many s after the process started")
+    ap.add_argument("--compile", action="store_true", help="bench: fuse the fast engine's steps with torch.compile")
     ap.add_argument("--out", required=True)
     ap.add_argument("parts", nargs="*")
     args = ap.parse_intermixed_args()
-    fn = {"bench": cmd_bench, "hf-static": cmd_hf_static, "merge": cmd_merge}[args.phase]
+    fn = {"bench": cmd_bench, "hf-static": cmd_hf_static, "merge": cmd_merge, "pair": cmd_pair}[args.phase]
     try:
         data = fn(args)
     except Exception as err:  # noqa: BLE001 -- the phase's error goes into its JSON; the script goes on

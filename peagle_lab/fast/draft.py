@@ -20,14 +20,15 @@ from ..drafter import Eagle3Drafter
 
 
 class StaticDrafterCache:
-    """Per-layer K/V ``(1, nkv, capacity + scratch, hd)``, written in place at ``write_idx``."""
+    """Per-layer K/V ``(1, nkv, capacity + scratch, hd)`` (a list), written in place at ``write_idx``."""
 
     def __init__(self, drafter: Eagle3Drafter, capacity: int, scratch: int):
         c = drafter.cfg
         weight = drafter.fc.weight
-        shape = (c.num_layers, 1, c.num_kv_heads, capacity + scratch, c.head_dim)
-        self.keys = torch.zeros(shape, dtype=weight.dtype, device=weight.device)
-        self.values = torch.zeros_like(self.keys)
+        shape = (1, c.num_kv_heads, capacity + scratch, c.head_dim)
+        # a tensor per layer: torch.compile updates a whole tensor in place (a slice of one, by copying it all)
+        self.keys = [torch.zeros(shape, dtype=weight.dtype, device=weight.device) for _ in range(c.num_layers)]
+        self.values = [torch.zeros_like(k) for k in self.keys]
         self.capacity = capacity
         self.slots = torch.arange(capacity + scratch, device=weight.device)  # (S,) slot index = position
         self.write_idx: torch.Tensor | None = None                           # (T,) set before each forward

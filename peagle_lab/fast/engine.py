@@ -13,6 +13,9 @@ is captured once per (method, K) and replayed (:class:`~peagle_lab.fast.graphs.S
 rollback is the length counter ``t_len`` / ``d_len`` moving. AR is the same loop with K = 0 and no
 drafter (``verify`` of one token = decode). Prefill runs eagerly (its length varies).
 
+``compile=True`` fuses each step with ``torch.compile`` before it is captured (one compiled graph per
+fixed shape; :func:`~peagle_lab.fast.graphs.compile_step`): the same math in fewer kernels.
+
 Sampling (T > 0) is not on the fast path: it falls back to the teaching engine.
 """
 from __future__ import annotations
@@ -46,7 +49,7 @@ class FastEngine:
     """Static buffers and captured steps for one (target, method, drafter, K, max_len)."""
 
     def __init__(self, target: Target, method: str, drafter: Eagle3Drafter | None, k: int, max_len: int,
-                 capture: bool = True):
+                 capture: bool = True, compile: bool = False):
         self.method, self.drafter, self.max_len = method, drafter, max_len
         self.k = k if method != "ar" else 0
         self.st = static_target(target, max_len)
@@ -66,9 +69,10 @@ class FastEngine:
             self.d_len = torch.zeros(1, **long)
             # scratch for padding slots; slot counts kept multiples of 16 (aligned masks for fused attention)
             self.dcache = StaticDrafterCache(drafter, max_len, scratch=-(-(K + 1) // 16) * 16)
-        self.verify = StepGraph(self._verify, dev, capture=capture)
-        self.draft = StepGraph(self._draft, dev, capture=capture) if drafter is not None else None
+        self.verify = StepGraph(self._verify, dev, capture=capture, compile=compile)
+        self.draft = StepGraph(self._draft, dev, capture=capture, compile=compile) if drafter is not None else None
         self.reason = self.verify.reason
+        self.compile_s = self.verify.compile_s + (self.draft.compile_s if self.draft is not None else 0.0)
 
     # ----------------------------------------------------------------------------- the two steps
     def _draft(self) -> None:
@@ -148,19 +152,20 @@ class FastEngine:
             times.bookkeeping += max(0.0, time.perf_counter() - t1 - draft_s - verify_s)
         return SpecResult(tokens=tokens, prompt_len=len(prompt_ids), seconds=time.perf_counter() - t0,
                           acceptance=stats, times=times, steps=steps,
-                          stats={"engine": "fast", "graphs": self.verify.captured, "graph_note": self.reason})
+                          stats={"engine": "fast", "graphs": self.verify.captured, "graph_note": self.reason,
+                                 "compiled": self.verify.compiled, "compile_s": self.compile_s})
 
 
 _ENGINES: "weakref.WeakKeyDictionary[Target, dict]" = weakref.WeakKeyDictionary()
 
 
 def fast_engine(target: Target, method: str, drafter: Eagle3Drafter | None, k: int, max_len: int,
-                capture: bool = True) -> FastEngine:
-    """The engine for this configuration, built (and its graphs captured) on first use."""
+                capture: bool = True, compile: bool = False) -> FastEngine:
+    """The engine for this configuration, built (its steps compiled and captured) on first use."""
     table = _ENGINES.setdefault(target, {})
-    key = (method, id(drafter), k if method != "ar" else 0, max_len, capture)
+    key = (method, id(drafter), k if method != "ar" else 0, max_len, capture, compile)
     if key not in table:                           # the engine holds the drafter, so id() stays unique
-        table[key] = FastEngine(target, method, drafter, k, max_len, capture=capture)
+        table[key] = FastEngine(target, method, drafter, k, max_len, capture=capture, compile=compile)
     return table[key]
 
 
@@ -168,12 +173,14 @@ def fast_engine(target: Target, method: str, drafter: Eagle3Drafter | None, k: i
 def generate_fast(target: Target, prompt_ids: list[int], *, method: str = "peagle", drafter: Eagle3Drafter | None = None,
                   k: int = 5, max_new_tokens: int = 128, temperature: float = 0.0, top_p: float = 1.0,
                   seed: int | None = None, stop_at_eos: bool = True, max_len: int = 2048, capture: bool = True,
-                  time_split: bool = True) -> SpecResult:
+                  time_split: bool = True, compile: bool = False) -> SpecResult:
     """:func:`peagle_lab.engine.generate` over static caches and captured steps (greedy).
 
     ``max_len``: the static cache size, rounded up to a multiple of 64 (prompt + max_new_tokens + K + 1
     must fit; one cache and one set of graphs per size, so keep it fixed across prompts). ``capture=False``
-    runs the same fixed-shape steps eagerly. ``temperature > 0`` falls back to the teaching engine.
+    runs the same fixed-shape steps eagerly. ``compile=True`` fuses each step with ``torch.compile`` first
+    (the first call per configuration pays the compile: ``stats["compile_s"]``). ``temperature > 0`` falls
+    back to the teaching engine.
     """
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
@@ -199,5 +206,5 @@ def generate_fast(target: Target, prompt_ids: list[int], *, method: str = "peagl
             raise ValueError("parallel drafting needs a P-EAGLE drafter (mask token + mask_hidden); "
                              "this one is sequential-only: use method 'eagle' or a P-EAGLE checkpoint")
     max_len = -(-int(max_len) // 64) * 64
-    engine = fast_engine(target, method, drafter if method != "ar" else None, k, max_len, capture)
+    engine = fast_engine(target, method, drafter if method != "ar" else None, k, max_len, capture, compile)
     return engine.generate(prompt_ids, max_new_tokens, target.eos_token_ids if stop_at_eos else (), time_split)

@@ -70,11 +70,13 @@ class StaticTarget:
         self.max_len = int(max_len)
         dtype, device = self.embed.dtype, self.embed.device
         L = len(self.layers)
-        self.keys = torch.zeros(L, self.nkv, self.max_len, self.hd, dtype=dtype, device=device)     # (L, nkv, S, hd)
-        self.values = torch.zeros_like(self.keys)
+        # One (nkv, S, hd) tensor per layer rather than one (L, ...) block: torch.compile writes new slots
+        # in place into a whole tensor, but into a slice of one it copies the whole block every step.
+        self.keys = [torch.zeros(self.nkv, self.max_len, self.hd, dtype=dtype, device=device) for _ in range(L)]
+        self.values = [torch.zeros_like(k) for k in self.keys]
         self.slots = torch.arange(self.max_len, device=device)                                    # (S,)
         with torch.no_grad():                                               # the model's own RoPE, every position
-            cos, sin = decoder.rotary_emb(self.keys[:1, :1, :1], self.slots[None])                # (1, S, hd)
+            cos, sin = decoder.rotary_emb(self.keys[0][:1, :1], self.slots[None])                 # (1, S, hd)
         half = self.hd // 2                 # rotate_half(x) * sin == roll(x, hd/2) * (sin with its first half negated)
         self.cos, self.sin = cos[0], torch.cat([-sin[0, :, :half], sin[0, :, half:]], dim=-1)     # (S, hd)
         self.inter = int(cfg.intermediate_size)

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# The fast engine with its steps fused by torch.compile, against itself unfused, on one GPU, from the repository
+# root, in <= 420 s:
+#   1. tests/test_fast_compile.py on CUDA (compiled + captured steps: logits == eager, greedy == AR);
+#   2. `bench --engine fast` compile OFF: AR, EAGLE-3 and P-EAGLE at K in $KS, $NUM_PROMPTS spread MT-Bench
+#      prompts x $MAX_NEW tokens, T=0, batch 1, $DTYPE, per-step time split and launch / memory floors;
+#   3. the same with --compile, one process per K in $KS (AR in each: its reference), so that a slow compile
+#      loses one K, not all: rows carry warmup_s (compile + capture + one short generation) and the graphs
+#      report each engine's compile_s;
+#   4. `pair`: a row pair per (method, K) with tokens/s and per-step verify / draft / host ratios (on / off).
+# Every bench phase has a time budget: rows report the prompts actually run (the first prompt always runs).
+# Raw JSON: $OUT/fused_engine_h200.json (+ the per-phase parts and logs).
+# Needs the GGUF parked first (README.md: 06_park.sh with gguf.part-00, then -01; this call carries
+# parts/gguf.part-02 parts/wheels).
+# Plumbing dry run on a CPU (PEAGLE_GGUF / PEAGLE_CACHE set to your GGUF and cache; compiling the 30-layer
+# target's AR step on a 2-core CPU took 25 s, AR + EAGLE-3 + P-EAGLE at one K ~70 s):
+#   DEVICE=cpu RUN_TESTS=0 DTYPE=float32 KS=2 AR_CHECK=1 NUM_PROMPTS=1 MAX_NEW=16 OUT=/tmp/o bash benchmarks/gpu/23_fused_engine.sh
+set -uo pipefail
+export PEAGLE_GGUF=${PEAGLE_GGUF:-/tmp/pk/SmolLM2-135M-Instruct.Q4_1.gguf} PEAGLE_CACHE=${PEAGLE_CACHE:-/tmp/pk/cache}
+export PYTHONPATH=. PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
+export KS=${KS:-3,5,7} METHODS=${METHODS:-ar,eagle,peagle} NUM_PROMPTS=${NUM_PROMPTS:-12} MAX_NEW=${MAX_NEW:-256}
+export AR_CHECK=${AR_CHECK:-3}                    # prompts on which compiled and plain greedy AR are compared
+DTYPE=${DTYPE:-bfloat16}
+TOTAL_S=${TOTAL_S:-420}
+OUT=${OUT:-/tmp/fused_engine_out}; mkdir -p "$OUT"
+export COMMAND="KS=$KS NUM_PROMPTS=$NUM_PROMPTS MAX_NEW=$MAX_NEW TOTAL_S=$TOTAL_S bash benchmarks/gpu/23_fused_engine.sh"
+PY="python benchmarks/gpu/fast_engine_bench.py"
+IFS=, read -r -a KLIST <<< "$KS"
+
+# seconds for a phase: at most CAP, leaving RESERVE for the phases after it
+left() { local cap=$1 reserve=$2 l=$((TOTAL_S - SECONDS - $2)); [ "$l" -lt "$cap" ] && echo $((l > 5 ? l : 5)) || echo "$cap"; }
+# one bench phase: LIMIT OUT-NAME LOG-NAME [extra args]; prints its rows
+bench() {
+  local limit=$1 part=$2 log=$3; shift 3
+  timeout "$limit" $PY bench --dtype "$DTYPE" --budget $((limit - 20)) --out "$OUT/$part.json" "$@" 2>&1 \
+    | grep -av "Loading weights" | tee "$OUT/$log.log" | grep -a "^\["
+  echo "== $part (limit $limit s) done at ${SECONDS} s"
+}
+
+[ -d parts/wheels ] && python -m pip install -q --no-deps parts/wheels/*.whl
+nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader || true
+timeout "$(left 90 330)" python -c "from peagle_lab.assets import resolve_target; print('target:', resolve_target(None))" 2>&1 | tail -n 1
+echo "== target ready at ${SECONDS} s"
+
+if [ "${RUN_TESTS:-1}" = 1 ]; then
+  T=$(left 60 290)
+  PEAGLE_TEST_DEVICE=${DEVICE:-cuda} timeout "$T" python -m pytest -q -p no:cacheprovider -rs --durations=8 \
+    tests/test_fast_compile.py > "$OUT/fused_engine_tests.log" 2>&1
+  echo "== tests (rc $?, limit $T s) done at ${SECONDS} s"; tail -n 12 "$OUT/fused_engine_tests.log"
+fi
+
+bench "$(left 70 $((75 * ${#KLIST[@]} + 10)))" part_plain bench_plain
+parts=("$OUT/part_plain.json")
+for i in "${!KLIST[@]}"; do                       # compiled: one process per K, the later ones reuse the disk cache
+  k=${KLIST[$i]}
+  KS=$k bench "$(left 150 $((75 * (${#KLIST[@]} - i - 1) + 10)))" "part_fused_k$k" "bench_fused_k$k" --compile
+  parts+=("$OUT/part_fused_k$k.json")
+done
+
+timeout 30 $PY pair --out "$OUT/fused_engine_h200.json" "${parts[@]}"
+echo "== all done at ${SECONDS} s"
