@@ -20,6 +20,8 @@ RESULTS = Path(__file__).parent / "results"
 
 # The recipe run (device_recipe_2026-12-01h.json): four arms side by side, same 4,119 multi-turn samples, ~750 steps.
 RECIPE = "ablation_eval_recipe_mtbench80.json"
+# The second recipe run (device_recipe_2026-12-01i.json): five arms side by side on 4,631 multi-turn samples, 9 minutes.
+RECIPE2 = "ablation_eval_recipe2_mtbench80.json"
 
 # (lever, arm, replay file, drafter key, what the arm is)
 ARMS = [
@@ -43,6 +45,16 @@ ARMS = [
     ("method (recipe run)", "EAGLE-3 1L", RECIPE, "eagleR", "EAGLE-3 1L MLP 1536, target head, noise 0.05 (recipe run)"),
     ("method (recipe run)", "P-EAGLE 4L, learned mask row", RECIPE, "peagleR",
      "P-EAGLE 4L MLP 384, target head, K_train 8, COD 0.8, noise 0.05, mask id 16 learned (recipe run)"),
+    ("feature noise (recipe run 2)", "off", RECIPE2, "peagleN0", "P-EAGLE recipe without feature noise (second recipe run)"),
+    ("feature noise (recipe run 2)", "uniform 0.05", RECIPE2, "peagleR", "P-EAGLE recipe, noise 0.05 (second recipe run)"),
+    ("data size (recipe run 2)", "3,191 samples", RECIPE2, "peagleX1",
+     "P-EAGLE recipe on the greedy multi-turn folder alone: 3,191 samples, 631K reply tokens (second recipe run)"),
+    ("data size (recipe run 2)", "4,631 samples", RECIPE2, "peagleR",
+     "P-EAGLE recipe on all four folders: 4,631 samples, 914K reply tokens (second recipe run)"),
+    ("shipped pair fine-tuned (recipe run 2)", "EAGLE-3", RECIPE2, "eagleFT",
+     "shipped EAGLE-3 fine-tuned on the multi-turn data, peak LR 3e-4, noise 0.05 (second recipe run)"),
+    ("shipped pair fine-tuned (recipe run 2)", "P-EAGLE, learned mask row", RECIPE2, "peagleFT",
+     "shipped P-EAGLE moved to mask id 16 with a learned row (starting as row 0), fine-tuned the same way"),
     ("shipped", "EAGLE-3", RECIPE, "eagle-shipped", "peagle_lab/drafters/eagle-smollm2"),
     ("shipped", "P-EAGLE", RECIPE, "peagle-shipped", "peagle_lab/drafters/peagle-smollm2"),
 ]
@@ -50,12 +62,11 @@ ARMS = [
 NOT_MEASURED = {
     "full embedding trainable": "a trainable 49,152 x 576 table is 56 MB in bf16: not shippable as package data; "
                                 "measurable on the GPU; the mask-row arms (learned vs frozen: +0.002 AL) give no reason to go further at this budget",
-    "feature noise (0.05 vs off)": "arm peagleN0 of benchmarks/gpu/20_recipe.sh; dropped from the 2026-12-01h window, "
-                                   "whose regeneration took half the device time (results/device_recipe_2026-12-01h.json)",
-    "data size (x1 vs x3)": "arm peagleX1 vs peagleR on greedy + two sampled replies per turn; the 2026-12-01h window "
-                            "regenerated greedy replies only (4,119 samples)",
-    "epochs": "every arm's validation AL was still rising when its budget ended (recipe run: peagleR 1.244 -> 1.337 "
-              "from step 200 to 753 on 10 prompts); needs a run resumed over several device windows",
+    "data size with sampled replies (x3)": "both recipe runs trained on greedy replies only; the x1 vs x1.45 arms (3,191 vs "
+                                           "4,631 samples) are the data lever measured so far",
+    "epochs": "measured only within runs, on 10 validation prompts: P-EAGLE recipe 1.244 -> 1.337 from step 200 to 753 "
+              "(first run) and 1.290 -> 1.352 from 300 to 728 (second), still rising while the learning rate decays to 0; "
+              "a run resumed over several GPU windows (20+ epochs) is still to be made",
 }
 
 
