@@ -188,6 +188,11 @@ def _side(row: dict | None) -> dict | None:
 def _pair(method: str, k, plain: dict | None, fused: dict | None) -> dict:
     """One configuration, compile off and on: both rows' essentials and on/off ratios (tokens/s, step parts)."""
     out = {"method": method, "k": k, "plain": _side(plain), "compiled": _side(fused)}
+    if plain and fused and plain.get("num_prompts") != fused.get("num_prompts"):
+        # a time budget cut one side short: its tokens/s and acceptance come from other prompts, so no ratio
+        out["not_comparable"] = (f"{plain.get('num_prompts')} prompts off vs {fused.get('num_prompts')} on "
+                                 "(a time budget ran out): raise TOTAL_S or lower NUM_PROMPTS / MAX_NEW")
+        return out
     if plain and fused and plain["tokens_per_s"] and fused["tokens_per_s"]:
         out["speedup"] = fused["tokens_per_s"] / plain["tokens_per_s"]
         a, b = plain.get("step_split_ms") or {}, fused.get("step_split_ms") or {}
@@ -223,7 +228,8 @@ def cmd_pair(args) -> dict:
     for p in merged["pairs"]:
         tps = [f"{(p[mode] or {}).get('tokens_per_s') or 0:8.1f}" for mode in ("plain", "compiled")]
         print(f"[pair] {p['method']:6s} k={p['k']!s:4s} tok/s off {tps[0]} on {tps[1]}  x{p.get('speedup', 0):.2f}  "
-              f"step ratios {json.dumps({k: round(v, 3) for k, v in p.get('step_ms_ratio', {}).items()})}", flush=True)
+              f"step ratios {json.dumps({k: round(v, 3) for k, v in p.get('step_ms_ratio', {}).items()})}"
+              + (f"  NOT COMPARABLE: {p['not_comparable']}" if "not_comparable" in p else ""), flush=True)
     return merged
 
 
