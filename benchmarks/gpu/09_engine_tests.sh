@@ -2,10 +2,10 @@
 # Device session C of 2026-12-01 (3rd), call 3 (calls 1-2: 06_park.sh with parts/gguf.part-00, then -01):
 # the engine's test suite with the target and the drafters on the GPU (PEAGLE_TEST_DEVICE=cuda; the test
 # helpers now put random drafters on the target's device: session B's run failed on exactly that).
-# Carry: parts/gguf.part-02 parts/wheels
+# Carry: parts/gguf.part-02 (parts/wheels parked by 06_park.sh)
 set -uxo pipefail
 export PEAGLE_GGUF=/tmp/pk/SmolLM2-135M-Instruct.Q4_1.gguf PEAGLE_CACHE=/tmp/pk/cache PYTHONPATH=. PYTHONUNBUFFERED=1
-python -m pip install -q --no-deps parts/wheels/*.whl
+bash benchmarks/gpu/install_wheels.sh
 [ -f "$PEAGLE_GGUF" ] || cat /tmp/pk/gguf.part-00 /tmp/pk/gguf.part-01 parts/gguf.part-02 > "$PEAGLE_GGUF"
 python -c "from peagle_lab.assets import resolve_target; print(resolve_target(None))" 2>&1 | tail -n 1
 PEAGLE_TEST_DEVICE=cuda timeout 150 python -m pytest -q -p no:cacheprovider tests/test_engine.py tests/test_batch_engine.py \

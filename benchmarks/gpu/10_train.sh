@@ -12,10 +12,10 @@
 #   11_collect.sh brings such archives back in parts).
 # Validation AL (replayed, = the engine's at K=7 on 10 MT-Bench prompts) is logged at every checkpoint.
 # Batches grouped by length (1.5x supervised elements/s on the H200: results/train_step_grouped_h200.json).
-# Carry: parts/gguf.part-02 parts/wheels
+# Carry: parts/gguf.part-02 (parts/wheels parked by 06_park.sh)
 set -uxo pipefail
 export PEAGLE_GGUF=/tmp/pk/SmolLM2-135M-Instruct.Q4_1.gguf PEAGLE_CACHE=/tmp/pk/cache PYTHONPATH=. PYTHONUNBUFFERED=1
-python -m pip install -q --no-deps parts/wheels/*.whl
+bash benchmarks/gpu/install_wheels.sh
 [ -f "$PEAGLE_GGUF" ] || cat /tmp/pk/gguf.part-00 /tmp/pk/gguf.part-01 parts/gguf.part-02 > "$PEAGLE_GGUF"
 python -c "from peagle_lab.assets import resolve_target; print(resolve_target(None))" 2>&1 | tail -n 1
 rm -rf /tmp/pk/code && mkdir -p /tmp/pk/code /tmp/pk/mix && cp -r peagle_lab /tmp/pk/code/

@@ -2,10 +2,10 @@
 # `peagle-lab eval` on the H200 (after 06_park.sh twice, carrying only parts/gguf.part-00, then -01): the replay
 # evaluation's oracle test on CUDA (evaluate_drafters == the engine, per drafter and per category), then the
 # shipped pair on 40 MT-Bench prompts spread over the set (every category) at K=7 with the target and drafters on the GPU.
-# Carry: parts/gguf.part-02 parts/wheels
+# Carry: parts/gguf.part-02 (parts/wheels parked by 06_park.sh)
 set -uxo pipefail
 export PEAGLE_GGUF=/tmp/pk/SmolLM2-135M-Instruct.Q4_1.gguf PEAGLE_CACHE=/tmp/pk/cache PYTHONPATH=. PYTHONUNBUFFERED=1
-python -m pip install -q --no-deps parts/wheels/*.whl
+bash benchmarks/gpu/install_wheels.sh
 [ -f "$PEAGLE_GGUF" ] || cat /tmp/pk/gguf.part-00 /tmp/pk/gguf.part-01 parts/gguf.part-02 > "$PEAGLE_GGUF"
 python -c "from peagle_lab.assets import resolve_target; print(resolve_target(None))" 2>&1 | tail -n 1
 PEAGLE_TEST_DEVICE=cuda timeout 120 python -m pytest -q -p no:cacheprovider tests/test_eval.py > "$OUT/gpu_eval_tests.log" 2>&1

@@ -20,7 +20,7 @@ PY="python benchmarks/gpu/fast_engine_bench.py"
 # seconds for a phase: at most CAP, leaving RESERVE for the phases after it
 left() { local cap=$1 reserve=$2 l=$((TOTAL_S - SECONDS - $2)); [ "$l" -lt "$cap" ] && echo $((l > 5 ? l : 5)) || echo "$cap"; }
 
-[ -d parts/wheels ] && python -m pip install -q --no-deps parts/wheels/*.whl
+bash benchmarks/gpu/install_wheels.sh
 nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader || true
 timeout "$(left 90 300)" python -c "from peagle_lab.assets import resolve_target; print('target:', resolve_target(None))" 2>&1 | tail -n 1
 echo "== target ready at ${SECONDS} s"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The P-EAGLE recipe and its ablation (issue 16), one device window. Run after 06_park.sh x2 (which park the GGUF's
 # first two parts and parts/sharegpt_turns.jsonl.gz, ShareGPT's first 4,000 conversations as {"turns": [...]}).
-# This call (carry parts/gguf.part-02 parts/wheels): join + convert the target, then start in the background (setsid,
+# This call (carry parts/gguf.part-02 (parts/wheels parked by 06_park.sh)): join + convert the target, then start in the background (setsid,
 # so it outlives the call) a chain that
 #   1. regenerates multi-turn data for REGEN_SECONDS with three processes side by side, every human turn answered
 #      with the target's own earlier replies in context: one greedy reply per turn (data/greedy) and two sampled at
@@ -19,8 +19,7 @@
 #   override the shared ones (--lr 3e-4 --init-from peagle_lab/drafters/peagle-smollm2: a fine-tuning arm).
 set -uxo pipefail
 export PEAGLE_GGUF=/tmp/pk/SmolLM2-135M-Instruct.Q4_1.gguf PEAGLE_CACHE=/tmp/pk/cache PYTHONPATH=. PYTHONUNBUFFERED=1
-WHL=parts/wheels; [ -d "$WHL" ] || WHL=/tmp/pk/wheels   # parked by 06_park.sh when the call cannot carry it
-python -m pip install -q --no-deps "$WHL"/*.whl
+bash benchmarks/gpu/install_wheels.sh
 [ -f "$PEAGLE_GGUF" ] || cat /tmp/pk/gguf.part-00 /tmp/pk/gguf.part-01 parts/gguf.part-02 > "$PEAGLE_GGUF"
 python -c "from peagle_lab.assets import resolve_target; print(resolve_target(None))" 2>&1 | tail -n 1
 rm -rf /tmp/pk/code && mkdir -p /tmp/pk/code && cp -r peagle_lab /tmp/pk/code/

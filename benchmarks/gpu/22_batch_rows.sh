@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Batched rows on one GPU, from the repository root, in <= $TOTAL_S (540) s, after 06_park.sh twice (carrying only
-# parts/gguf.part-00, then -01; this call carries parts/gguf.part-02 parts/wheels):
+# parts/gguf.part-00, then -01; this call carries parts/gguf.part-02 (parts/wheels parked by 06_park.sh)):
 #   1. the CUDA tests of the batched engine (tests/test_batch_engine.py: the compiled Triton kernel, never the
 #      interpreter; each request's greedy output, drafts and acceptance in a batch == alone == AR; bench's batch rows on
 #      CUDA) and the kernel (tests/test_kernels.py: the compiled kernel == its torch reference);
@@ -27,7 +27,7 @@ COMMAND="KS=$KS BATCH_SIZES=\"$BATCH_SIZES\" NUM_PROMPTS=$NUM_PROMPTS MAX_NEW=$M
 left() { local cap=$1 l=$((TOTAL_S - SECONDS - $2)); [ "$l" -lt "$cap" ] && echo $((l > 5 ? l : 5)) || echo "$cap"; }
 
 if [ "$DEVICE" = cuda ]; then
-  [ -d parts/wheels ] && python -m pip install -q --no-deps parts/wheels/*.whl
+  bash benchmarks/gpu/install_wheels.sh
   [ -f "$PEAGLE_GGUF" ] || cat /tmp/pk/gguf.part-00 /tmp/pk/gguf.part-01 parts/gguf.part-02 > "$PEAGLE_GGUF"
   nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader || true
 fi

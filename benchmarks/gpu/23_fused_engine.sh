@@ -11,7 +11,7 @@
 # Every bench phase has a time budget: rows report the prompts actually run (the first prompt always runs).
 # Raw JSON: $OUT/fused_engine_h200.json (+ the per-phase parts and logs).
 # Needs the GGUF parked first (README.md: 06_park.sh with gguf.part-00, then -01; this call carries
-# parts/gguf.part-02 parts/wheels).
+# parts/gguf.part-02 (parts/wheels parked by 06_park.sh)).
 # Plumbing dry run on a CPU (PEAGLE_GGUF / PEAGLE_CACHE set to your GGUF and cache; compiling the 30-layer
 # target's AR step on a 2-core CPU took 25 s, AR + EAGLE-3 + P-EAGLE at one K ~70 s):
 #   DEVICE=cpu RUN_TESTS=0 DTYPE=float32 KS=2 AR_CHECK=1 NUM_PROMPTS=1 MAX_NEW=16 OUT=/tmp/o bash benchmarks/gpu/23_fused_engine.sh
@@ -37,7 +37,7 @@ bench() {
   echo "== $part (limit $limit s) done at ${SECONDS} s"
 }
 
-[ -d parts/wheels ] && python -m pip install -q --no-deps parts/wheels/*.whl
+bash benchmarks/gpu/install_wheels.sh
 nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader || true
 timeout "$(left 90 330)" python -c "from peagle_lab.assets import resolve_target; print('target:', resolve_target(None))" 2>&1 | tail -n 1
 echo "== target ready at ${SECONDS} s"

@@ -75,7 +75,7 @@ if [ "$STAGE" = tests ]; then
 fi
 
 # ------------------------------------------------------------------ training legs (call 3)
-ls parts/wheels/*.whl > /dev/null 2>&1 && python -m pip install -q --no-deps parts/wheels/*.whl
+bash benchmarks/gpu/install_wheels.sh
 [ -f "$PEAGLE_GGUF" ] || cat "$PK/gguf.part-00" "$PK/gguf.part-01" "$PK/gguf.part-02" > "$PEAGLE_GGUF"
 python -c "from peagle_lab.assets import resolve_target; print(resolve_target(None))" 2>&1 | tail -n 1
 echo "target ready at ${SECONDS} s"
