@@ -77,7 +77,18 @@ def gpu_speed() -> dict:
     return {"source": "benchmarks/results/fast_engine_h200.json", "device": r["machine"],
             "settings": r["settings"], "rows": [{k: row.get(k) for k in keep} for row in r["results"]],
             "floors": {run: v["floors"] for run, v in r["runs"].items() if "floors" in v},
-            "transformers_static_cache_tokens_per_s": hf[0]["tokens_per_s"] if hf else None}
+            "transformers_static_cache_tokens_per_s": hf[0]["tokens_per_s"] if hf else None,
+            "compiled": fused_pairs()}
+
+
+def fused_pairs() -> dict:
+    """The same steps fused by torch.compile vs not, side by side (bf16, batch 1): tokens/s and step split per side."""
+    r = _raw("fused_engine_h200.json")
+    side = ("tokens_per_s", "acceptance_length", "identical_to_ar", "step_split_ms")
+    return {"source": "benchmarks/results/fused_engine_h200.json", "settings": r["settings"],
+            "rows": [{"method": p["method"], "k": p["k"], "speedup": p["speedup"],
+                      "plain": {k: p["plain"][k] for k in side}, "compiled": {k: p["compiled"][k] for k in side}}
+                     for p in r["pairs"]]}
 
 
 def ablation() -> dict:

@@ -86,6 +86,30 @@ def bench_section(path: Path, r: dict) -> list[str]:
     return lines + [""]
 
 
+def fused_section(path: Path, r: dict) -> list[str]:
+    """`23_fused_engine.sh`: the fast engine's steps with torch.compile vs without, a row pair per (method, K)."""
+    if "pairs" not in r:
+        return bench_section(path, r)
+    s, same = r["settings"], r.get("ar_plain_vs_compiled") or {}
+    lines = [f"## `{path.name}`", "", f"- date: {r['date']}; machine: {r['machine']}, torch {r['versions']['torch']}",
+             f"- {r.get('what', '')}", f"- command: `{r['command']}`",
+             f"- {s['prompts']}, {s['num_prompts']} prompts x {s['max_new_tokens']} tokens, T={s['temperature']}, "
+             f"batch {s['batch_size']}, bf16", "",
+             "| method | K | tokens/s plain | tokens/s compiled | x | AL plain / compiled | verify ms | draft ms "
+             "| host ms | identical to AR (plain / compiled) |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for p in r["pairs"]:
+        a, b = p["plain"], p["compiled"]
+        ms = {part: f"{a['step_split_ms'][part]:.3f} -> {b['step_split_ms'][part]:.3f}" for part in ("verify", "draft", "host")}
+        x = f"{p['speedup']:.2f}" if p.get("speedup") else f"not comparable ({a['num_prompts']} vs {b['num_prompts']} prompts)"
+        lines.append(f"| {p['method']} | {p['k'] or '-'} | {a['tokens_per_s']:.0f} | {b['tokens_per_s']:.0f} | {x} | "
+                     f"{_f(a['acceptance_length'])} / {_f(b['acceptance_length'])} | {ms['verify']} | {ms['draft']} | "
+                     f"{ms['host']} | {a['identical_to_ar']} / {b['identical_to_ar']} |")
+    if same:
+        lines += ["", f"Compiled AR vs plain AR (bf16): {same['identical']} of {same['prompts']} prompts identical, first "
+                  f"difference at tokens {same['first_difference_at']}."]
+    return lines + [""]
+
+
 def _f(x, fmt=".2f"):
     return "-" if x is None else format(x, fmt)
 
@@ -313,7 +337,8 @@ def recipe_run_section(path: Path, r: dict) -> list[str]:
 
 
 SECTIONS = {"ablation_eval_": ablation_eval_section, "ablation_": ablation_section, "device_recipe_": recipe_run_section,
-            "device_finetune_": finetune_ab_section, "replay_": replay_section, "train_step_": train_step_section, "kernel_": kernel_section, "train_memory_": memory_section, "drafter_forward_": drafter_forward_section}
+            "device_finetune_": finetune_ab_section, "replay_": replay_section, "train_step_": train_step_section, "kernel_": kernel_section, "train_memory_": memory_section, "drafter_forward_": drafter_forward_section,
+            "fused_engine_": fused_section}
 
 
 def file_section(path: Path, r: dict) -> list[str]:
@@ -356,6 +381,11 @@ TOPICS = [
       "vllm_shared_head_probe.json": "vLLM serving a drafter that shares the target's output layer"},
      {"vllm_cpu_sweep_drafters_run1.json": "", "vllm_cpu_sweep_drafters_run2.json": "",
       "vllm_cpu_sweep_drafters_run3.json": "", "vllm_cpu_sweep_drafters_run4.json": ""}, []),
+    ("Fast GPU engine (static caches, CUDA graphs, fused steps)", "fast-engine.md",
+     {"fused_engine_h200.json": "the engine's captured steps with torch.compile vs without, bf16, batch 1, side by side",
+      "fast_engine_h200.json": "AR, EAGLE-3 and P-EAGLE at K=1..8, bf16 and fp32, batch 1, with the step's time split",
+      "fused_engine_cpu.json": "the same fusion lever on a 2-core CPU"},
+     {"fused_engine_h200_coldcache.json": ""}, ["fast_engine_tests_h200.log", "fused_engine_tests_h200.log"]),
     ("Acceptance (replayed and measured)", "acceptance-by-category.md",
      {"replay_acceptance_mtbench80.json": "AL of the shipped and larger drafters on all 80 MT-Bench prompts, per category",
       "replay_acceptance_capacity.json": "AL of drafters above the shipping size limit, all 80 MT-Bench prompts",
