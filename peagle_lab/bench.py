@@ -34,7 +34,7 @@ from .drafters_registry import shipped
 from .batch_engine import generate_batch
 from .engine import StepTimes, generate
 from .fast import generate_fast
-from .fast.graphs import H200_HBM_BYTES_PER_S, launch_floor_us, memory_floor_ms, module_weight_bytes
+from .fast.graphs import H200_HBM_BYTES_PER_S, compile_mode, launch_floor_us, memory_floor_ms, module_weight_bytes
 from .fast.engine import static_target
 from .prompts import load_prompts
 from .stats import AcceptanceStats
@@ -110,7 +110,7 @@ class _Runner:
     temperature: float
     max_len: int
     keep_going: bool = False
-    compile: bool = False
+    compile: bool | str = False
 
     def fast(self, row: _Row) -> bool:
         """Rows the fast engine runs: batch 1, greedy (sampling stays on the teaching engine)."""
@@ -269,7 +269,7 @@ def run_bench(*, methods, ks, prompts: str, num_prompts: int, max_new_tokens: in
               target: Target | None = None, target_name: str | None = None, eagle_drafter: str | None = None,
               peagle_drafter: str | None = None, seed: int = 0, progress: bool = True,
               batch_sizes=(1,), spread: bool = False, engine: str = "auto", device: str = "auto",
-              dtype: str = "float32", max_len: int | None = None, keep_going: bool = False, compile: bool = False,
+              dtype: str = "float32", max_len: int | None = None, keep_going: bool = False, compile: bool | str = False,
               time_budget_s: float | None = None, hbm_bytes_per_s: float = H200_HBM_BYTES_PER_S) -> dict:
     """Run the benchmark and return the JSON-ready result (``{"results": [...], ...}``).
 
@@ -284,11 +284,16 @@ def run_bench(*, methods, ks, prompts: str, num_prompts: int, max_new_tokens: in
     fast engine's static cache (default: longest prompt + max_new_tokens + max K + 1). ``keep_going``:
     a configuration that raises gets its ``error`` recorded and is skipped from then on, the rest
     run on. ``compile``: the fast engine fuses its steps with ``torch.compile`` before capturing them
-    (rows' ``warmup_s`` then includes the compile). ``time_budget_s``: start no new round of prompts
+    (rows' ``warmup_s`` then includes the compile); True or an inductor mode
+    (:func:`peagle_lab.fast.graphs.compile_mode`). ``time_budget_s``: start no new round of prompts
     this long after the call began (loading and warm-up included; rows then report the prompts actually
     run; the first round always runs). ``hbm_bytes_per_s``: bandwidth for the memory floor (H200: 4.8 TB/s).
     """
     started = time.perf_counter()
+    try:
+        mode = compile_mode(compile)
+    except ValueError as err:
+        raise SystemExit(f"--compile: {err}") from None
     batch_sizes = _checked_batch_sizes(methods, batch_sizes, temperature, dtype)
     target = target or Target.load(target_name, dtype=DTYPES[dtype], device=resolve_device(device))
     engine = resolve_engine(engine, str(target.device))
@@ -317,7 +322,7 @@ def run_bench(*, methods, ks, prompts: str, num_prompts: int, max_new_tokens: in
                         "temperature": temperature, "methods": list(methods), "k": list(ks),
                         "batch_size": batch_sizes, "engine": engine, "device": str(target.device),
                         "dtype": str(next(target.model.parameters()).dtype).removeprefix("torch."),
-                        "max_len": max_len if engine == "fast" else None, "compile": compile and engine == "fast"},
+                        "max_len": max_len if engine == "fast" else None, "compile": (mode if engine == "fast" else None) or False},
            "results": [_row_result(runner, row, done) for row in rows]}
     if engine == "fast" and target.device.type == "cuda":
         out["floors"] = floors(target, drafters, max_len, hbm_bytes_per_s)

@@ -406,9 +406,10 @@ def add_bench_parser(sub) -> None:
     s.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda")
     s.add_argument("--engine", default="auto", choices=["auto", "teaching", "fast"],
                    help="auto: fast (static caches, CUDA graphs) on CUDA, teaching on CPU; fast is greedy, batch 1")
-    s.add_argument("--compile", action="store_true",
+    s.add_argument("--compile", nargs="?", const=True, default=False, metavar="MODE",
                    help="fast engine: fuse each step with torch.compile before capturing it (fewer kernels a step; "
-                        "the warm-up pays the compile, reported per row as warmup_s)")
+                        "the warm-up pays the compile, reported per row as warmup_s); MODE max-autotune-no-cudagraphs "
+                        "also autotunes the matmuls (a longer compile)")
     s.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
                    help="target and drafter weights (float32 on CPUs without native bf16)")
     s.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",

@@ -131,8 +131,38 @@ def test_bench_passes_compile_through(target, monkeypatch):
     monkeypatch.setattr(bench, "generate_fast", recording)
     out = bench.run_bench(methods=["ar"], ks=[2], prompts="mt-bench", num_prompts=1, max_new_tokens=2, target=target,
                           progress=False, engine="fast", compile=True)
-    assert seen and all(seen) and out["settings"]["compile"] is True
+    assert seen and all(seen) and out["settings"]["compile"] == "default"
     assert out["results"][0]["warmup_s"] > 0
     with pytest.raises(SystemExit, match="--engine fast"):
         bench.run_bench(methods=["ar"], ks=[2], prompts="mt-bench", num_prompts=1, max_new_tokens=2, target=target,
                         progress=False, engine="teaching", compile=True)
+    seen.clear()
+    out = bench.run_bench(methods=["ar"], ks=[2], prompts="mt-bench", num_prompts=1, max_new_tokens=2, target=target,
+                          progress=False, engine="fast", compile="max-autotune-no-cudagraphs")
+    assert set(seen) == {"max-autotune-no-cudagraphs"} and out["settings"]["compile"] == "max-autotune-no-cudagraphs"
+    with pytest.raises(SystemExit, match="max-autotune-no-cudagraphs"):      # inductor's own graphs: refused, fix named
+        bench.run_bench(methods=["ar"], ks=[2], prompts="mt-bench", num_prompts=1, max_new_tokens=2, target=target,
+                        progress=False, engine="fast", compile="reduce-overhead")
+
+
+def test_compile_modes_keep_the_math(inductor_works, monkeypatch):
+    """A step compiled in each accepted mode computes what the plain step computes, and the mode reaches
+    torch.compile; a mode with inductor's own CUDA graphs is refused before anything compiles."""
+    from peagle_lab.fast import graphs
+
+    modes = []
+    real = torch.compile
+    monkeypatch.setattr(torch, "compile", lambda fn, **kw: modes.append(kw.get("mode")) or real(fn, **kw))
+    w = torch.randn(8, 8, device=DEVICE)
+    for mode in graphs.COMPILE_MODES:
+        x, y = torch.randn(4, 8, device=DEVICE), torch.zeros(4, 8, device=DEVICE)
+        fn, _, reason = compile_step(lambda: y.copy_(torch.relu(x @ w) * 2 + 1), mode)
+        assert reason is None, reason
+        y.zero_()
+        fn()
+        torch.testing.assert_close(y, torch.relu(x @ w) * 2 + 1)
+    assert modes == [None, "max-autotune-no-cudagraphs"]
+    with pytest.raises(ValueError, match="choose True/False or one of"):
+        graphs.compile_mode("reduce-overhead")
+    with pytest.raises(ValueError, match="choose True/False or one of"):
+        generate_fast(None, [1], method="ar", compile="max-autotune")

@@ -27,4 +27,9 @@ for r in $WANT; do
     && split -b 15m -d "/tmp/pk/$name.tgz" "$OUT/$name.tgz.part-"
 done
 tar czf "$OUT/logs.tgz" -C /tmp/pk "${logs[@]}"
+# DATA_BACK="t07a t07b": also bring back those regenerated data folders (15 MiB parts), to train on them again later
+if [ -n "${DATA_BACK:-}" ]; then
+  tar czf /tmp/pk/data_back.tgz -C /tmp/pk $(for d in $DATA_BACK; do [ -d "/tmp/pk/data/$d" ] && echo "data/$d"; done) \
+    && split -b 15m -d /tmp/pk/data_back.tgz "$OUT/data_back.tgz.part-"
+fi
 ls -la "$OUT"

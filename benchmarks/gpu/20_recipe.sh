@@ -40,12 +40,13 @@ set -x
 cd /tmp/pk/code
 export PEAGLE_GGUF=$PEAGLE_GGUF PEAGLE_CACHE=$PEAGLE_CACHE PYTHONUNBUFFERED=1
 R="python -m peagle_lab regenerate --prompts /tmp/pk/sharegpt_turns.jsonl --all-turns --num-prompts 4000 --max-prompt-tokens 640 --max-new-tokens ${MAX_NEW:-256} --batch-size 512 --shard-size ${SHARD:-512} --device cuda"
-if [ ${REGEN_SECONDS:-300} -gt 0 ]; then
-# one process at a time (several on one GPU do not add up: 2026-12-01h), a third of REGEN_SECONDS each
-timeout $(( ${REGEN_SECONDS:-300} / 3 )) \$R --out /tmp/pk/data/greedy > /tmp/pk/regen-greedy.log 2>&1
-timeout $(( ${REGEN_SECONDS:-300} / 3 )) \$R --out /tmp/pk/data/t07a --temperature 0.7 --seed 1 > /tmp/pk/regen-t07a.log 2>&1
-timeout $(( ${REGEN_SECONDS:-300} / 3 )) \$R --out /tmp/pk/data/t07b --temperature 0.7 --seed 2 > /tmp/pk/regen-t07b.log 2>&1
-fi
+# one process at a time (several on one GPU do not add up: 2026-12-01h), an equal share of REGEN_SECONDS each;
+# REGEN_SETS="t07a t07b" with DATA_TGZ: only the sampled replies, beside the archive's greedy ones (the x3 data arm)
+for set in ${REGEN_SETS:-greedy t07a t07b}; do
+  [ ${REGEN_SECONDS:-300} -gt 0 ] || break
+  case \$set in greedy) T=""; ;; t07a) T="--temperature 0.7 --seed 1"; ;; t07b) T="--temperature 0.7 --seed 2"; ;; esac
+  timeout $(( ${REGEN_SECONDS:-300} / $(echo ${REGEN_SETS:-greedy t07a t07b} | wc -w) )) \$R --out /tmp/pk/data/\$set \$T > /tmp/pk/regen-\$set.log 2>&1
+done
 mkdir -p /tmp/pk/mix/all /tmp/pk/mix/greedy
 for dd in /tmp/pk/data/*/; do d=\$(basename "\$dd"); for f in "\$dd"shard-*.pt; do b=\$(basename "\$f"); ln -sf "\$f" "/tmp/pk/mix/all/shard-\$d-\${b#shard-}"; done; done
 for f in /tmp/pk/data/greedy/shard-*.pt; do ln -sf "\$f" "/tmp/pk/mix/greedy/\$(basename "\$f")"; done

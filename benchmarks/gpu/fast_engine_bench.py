@@ -72,7 +72,7 @@ def cmd_bench(args) -> dict:
 
     t0 = time.time()
     target = Target.load(None, dtype=DTYPES[args.dtype], device=DEVICE)
-    tag = f"{args.dtype}{' compiled' if args.compile else ''}"
+    tag = f"{args.dtype}{' compiled' if args.compile else ''}{'' if args.compile in (True, False) else ' ' + args.compile}"
     print(f"[{tag}] target loaded in {time.time() - t0:.1f} s; {METHODS} K={KS}, {NUM_PROMPTS} prompts x {MAX_NEW} tokens",
           flush=True)
     result = run_bench(methods=METHODS, ks=KS, prompts="mt-bench", num_prompts=NUM_PROMPTS,
@@ -185,9 +185,10 @@ def _side(row: dict | None) -> dict | None:
     return None if row is None else {key: row.get(key) for key in keys}
 
 
-def _pair(method: str, k, plain: dict | None, fused: dict | None) -> dict:
-    """One configuration, compile off and on: both rows' essentials and on/off ratios (tokens/s, step parts)."""
-    out = {"method": method, "k": k, "plain": _side(plain), "compiled": _side(fused)}
+def _pair(method: str, k, plain: dict | None, fused: dict | None, mode: str = "default") -> dict:
+    """One configuration, compile off and on (inductor ``mode``): both rows' essentials and on/off ratios
+    (tokens/s, step parts)."""
+    out = {"method": method, "k": k, "mode": mode, "plain": _side(plain), "compiled": _side(fused)}
     if plain and fused and plain.get("num_prompts") != fused.get("num_prompts"):
         # a time budget cut one side short: its tokens/s and acceptance come from other prompts, so no ratio
         out["not_comparable"] = (f"{plain.get('num_prompts')} prompts off vs {fused.get('num_prompts')} on "
@@ -201,10 +202,16 @@ def _pair(method: str, k, plain: dict | None, fused: dict | None) -> dict:
     return out
 
 
-def _same_tokens(runs: list[dict]) -> dict | None:
-    """Per checked prompt: do plain and compiled greedy AR agree, and where do they first part?"""
-    plain = next((r["ar_tokens"] for r in runs if "ar_tokens" in r and not r["settings"].get("compile")), None)
-    fused = next((r["ar_tokens"] for r in runs if "ar_tokens" in r and r["settings"].get("compile")), None)
+def _mode(settings: dict) -> str:
+    """A bench part's compile setting as a side's name: plain, default or the inductor mode."""
+    c = settings.get("compile")
+    return "plain" if not c else "default" if c is True else str(c)
+
+
+def _same_tokens(runs: list[dict], mode: str = "default") -> dict | None:
+    """Per checked prompt: do plain and compiled (``mode``) greedy AR agree, and where do they first part?"""
+    plain = next((r["ar_tokens"] for r in runs if "ar_tokens" in r and _mode(r["settings"]) == "plain"), None)
+    fused = next((r["ar_tokens"] for r in runs if "ar_tokens" in r and _mode(r["settings"]) == mode), None)
     if plain is None or fused is None:
         return None
     first = [next((i for i, (a, b) in enumerate(zip(p, f)) if a != b), None if len(p) == len(f) else min(len(p), len(f)))
@@ -217,17 +224,25 @@ def cmd_pair(args) -> dict:
     AR runs in every compile-on phase (the reference of its K's rows); the pair keeps the first."""
     merged = _header("23_fused_engine.sh")
     rows: dict = {}
+    modes: list[str] = []                          # compiled modes in the order their parts came
     for name, data in _parts(args.parts, merged):
         merged["runs"][name] = data
-        mode = "compiled" if data["settings"].get("compile") else "plain"
+        mode = _mode(data["settings"])
+        if mode != "plain" and mode not in modes:
+            modes.append(mode)
         for r in data["results"]:
-            merged["results"].append(dict(r, dtype=data["settings"]["dtype"], compile=mode == "compiled", part=name))
+            merged["results"].append(dict(r, dtype=data["settings"]["dtype"], compile=mode != "plain",
+                                          compile_mode=None if mode == "plain" else mode, part=name))
             rows.setdefault((r["method"], r["k"]), {}).setdefault(mode, r)
-    merged["pairs"] = [_pair(m, k, both.get("plain"), both.get("compiled")) for (m, k), both in rows.items()]
-    merged["ar_plain_vs_compiled"] = _same_tokens(list(merged["runs"].values()))
+    merged["pairs"] = [_pair(m, k, sides.get("plain"), sides.get(mode), mode)
+                       for mode in modes for (m, k), sides in rows.items() if mode in sides]
+    runs = list(merged["runs"].values())
+    merged["ar_plain_vs_compiled"] = _same_tokens(runs, modes[0]) if modes else None
+    if len(modes) > 1:
+        merged["ar_plain_vs_compiled_by_mode"] = {mode: _same_tokens(runs, mode) for mode in modes}
     for p in merged["pairs"]:
-        tps = [f"{(p[mode] or {}).get('tokens_per_s') or 0:8.1f}" for mode in ("plain", "compiled")]
-        print(f"[pair] {p['method']:6s} k={p['k']!s:4s} tok/s off {tps[0]} on {tps[1]}  x{p.get('speedup', 0):.2f}  "
+        tps = [f"{(p[side] or {}).get('tokens_per_s') or 0:8.1f}" for side in ("plain", "compiled")]
+        print(f"[pair {p['mode']}] {p['method']:6s} k={p['k']!s:4s} tok/s off {tps[0]} on {tps[1]}  x{p.get('speedup', 0):.2f}  "
               f"step ratios {json.dumps({k: round(v, 3) for k, v in p.get('step_ms_ratio', {}).items()})}"
               + (f"  NOT COMPARABLE: {p['not_comparable']}" if "not_comparable" in p else ""), flush=True)
     return merged
@@ -239,7 +254,9 @@ def main() -> None:
     ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
     ap.add_argument("--budget", type=float, default=None,
                     help="bench: start no new round of prompts this many s after the process started")
-    ap.add_argument("--compile", action="store_true", help="bench: fuse the fast engine's steps with torch.compile")
+    ap.add_argument("--compile", nargs="?", const=True, default=False, metavar="MODE",
+                    help="bench: fuse the fast engine's steps with torch.compile (MODE: default or "
+                         "max-autotune-no-cudagraphs)")
     ap.add_argument("--out", required=True)
     ap.add_argument("parts", nargs="*")
     args = ap.parse_intermixed_args()

@@ -31,7 +31,7 @@ from ..engine import METHODS, SpecResult, Step, StepTimes, _finish, generate
 from ..stats import AcceptanceStats
 from ..target import Target
 from .draft import StaticDrafterCache, draft_static
-from .graphs import StepGraph
+from .graphs import StepGraph, compile_mode
 from .llama import StaticTarget
 
 _STATIC: "weakref.WeakKeyDictionary[Target, dict]" = weakref.WeakKeyDictionary()
@@ -49,7 +49,7 @@ class FastEngine:
     """Static buffers and captured steps for one (target, method, drafter, K, max_len)."""
 
     def __init__(self, target: Target, method: str, drafter: Eagle3Drafter | None, k: int, max_len: int,
-                 capture: bool = True, compile: bool = False):
+                 capture: bool = True, compile: bool | str = False):
         self.method, self.drafter, self.max_len = method, drafter, max_len
         self.k = k if method != "ar" else 0
         self.st = static_target(target, max_len)
@@ -160,7 +160,7 @@ _ENGINES: "weakref.WeakKeyDictionary[Target, dict]" = weakref.WeakKeyDictionary(
 
 
 def fast_engine(target: Target, method: str, drafter: Eagle3Drafter | None, k: int, max_len: int,
-                capture: bool = True, compile: bool = False) -> FastEngine:
+                capture: bool = True, compile: bool | str = False) -> FastEngine:
     """The engine for this configuration, built (its steps compiled and captured) on first use."""
     table = _ENGINES.setdefault(target, {})
     key = (method, id(drafter), k if method != "ar" else 0, max_len, capture, compile)
@@ -173,14 +173,15 @@ def fast_engine(target: Target, method: str, drafter: Eagle3Drafter | None, k: i
 def generate_fast(target: Target, prompt_ids: list[int], *, method: str = "peagle", drafter: Eagle3Drafter | None = None,
                   k: int = 5, max_new_tokens: int = 128, temperature: float = 0.0, top_p: float = 1.0,
                   seed: int | None = None, stop_at_eos: bool = True, max_len: int = 2048, capture: bool = True,
-                  time_split: bool = True, compile: bool = False) -> SpecResult:
+                  time_split: bool = True, compile: bool | str = False) -> SpecResult:
     """:func:`peagle_lab.engine.generate` over static caches and captured steps (greedy).
 
     ``max_len``: the static cache size, rounded up to a multiple of 64 (prompt + max_new_tokens + K + 1
     must fit; one cache and one set of graphs per size, so keep it fixed across prompts). ``capture=False``
     runs the same fixed-shape steps eagerly. ``compile=True`` fuses each step with ``torch.compile`` first
-    (the first call per configuration pays the compile: ``stats["compile_s"]``). ``temperature > 0`` falls
-    back to the teaching engine.
+    (the first call per configuration pays the compile: ``stats["compile_s"]``); a string picks inductor's
+    mode (``"max-autotune-no-cudagraphs"``: matmul autotuning and epilogue fusion, a longer compile).
+    ``temperature > 0`` falls back to the teaching engine.
     """
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
@@ -205,6 +206,7 @@ def generate_fast(target: Target, prompt_ids: list[int], *, method: str = "peagl
         if method == "peagle" and drafter.mask_hidden is None:
             raise ValueError("parallel drafting needs a P-EAGLE drafter (mask token + mask_hidden); "
                              "this one is sequential-only: use method 'eagle' or a P-EAGLE checkpoint")
+    compile_mode(compile)                          # a bad mode fails here, before anything is built
     max_len = -(-int(max_len) // 64) * 64
     engine = fast_engine(target, method, drafter if method != "ar" else None, k, max_len, capture, compile)
     return engine.generate(prompt_ids, max_new_tokens, target.eos_token_ids if stop_at_eos else (), time_split)

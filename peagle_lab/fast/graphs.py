@@ -40,14 +40,35 @@ H200_HBM_BYTES_PER_S = 4.8e12
 RECOMPILE_LIMIT = 64
 
 
-def compile_step(fn: Callable[[], None]) -> tuple[Callable[[], None], float, str | None]:
-    """``fn`` through inductor, compiled now by one call -> ``(fn to use, compile seconds, reason or None)``.
+COMPILE_MODES = ("default", "max-autotune-no-cudagraphs")
+
+
+def compile_mode(compile: bool | str) -> str | None:
+    """``compile`` as the engine takes it -> inductor's mode, or None for no compile.
+
+    ``True`` / ``"default"``: inductor's default (fused pointwise kernels between library matmuls).
+    ``"max-autotune-no-cudagraphs"``: inductor also benchmarks Triton matmul templates against the
+    library's at each shape and can fuse the pointwise work into a matmul's epilogue (longer compile).
+    Modes with inductor's own CUDA graphs are refused: the engine captures the whole step itself.
+    """
+    if compile is False or compile is None:
+        return None
+    mode = "default" if compile is True else str(compile)
+    if mode not in COMPILE_MODES:
+        raise ValueError(f"compile={compile!r}: choose True/False or one of {', '.join(COMPILE_MODES)} (inductor's "
+                         "own CUDA-graph modes would capture inside our capture)")
+    return mode
+
+
+def compile_step(fn: Callable[[], None], mode: str = "default") -> tuple[Callable[[], None], float, str | None]:
+    """``fn`` through inductor (``mode`` as :func:`compile_mode` returns it), compiled now by one call
+    -> ``(fn to use, compile seconds, reason or None)``.
 
     The call runs the step once (as the capture warm-up does): a step's buffers are rewritten by
     prefill before they are read. On failure (no C++ compiler on a CPU, an op inductor cannot
     lower) the plain ``fn`` comes back with the reason.
     """
-    compiled = torch.compile(fn, fullgraph=True, dynamic=False)
+    compiled = torch.compile(fn, fullgraph=True, dynamic=False, mode=None if mode == "default" else mode)
     t0 = time.perf_counter()
     try:
         with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT):
@@ -60,13 +81,15 @@ def compile_step(fn: Callable[[], None]) -> tuple[Callable[[], None], float, str
 class StepGraph:
     """``fn()`` captured once as a CUDA graph and replayed; eager off CUDA (``reason`` says why).
 
-    ``compile``: run ``fn`` through :func:`compile_step` first (``compiled``, ``compile_s``)."""
+    ``compile``: run ``fn`` through :func:`compile_step` first (``compiled``, ``compile_s``); True or an
+    inductor mode (:func:`compile_mode`)."""
 
     def __init__(self, fn: Callable[[], None], device: torch.device, *, capture: bool = True, warmup: int = 2,
-                 compile: bool = False):
+                 compile: bool | str = False):
         self.graph, self.reason, self.compiled, self.compile_s = None, None, False, 0.0
-        if compile:
-            fn, self.compile_s, self.reason = compile_step(fn)
+        mode = compile_mode(compile)
+        if mode is not None:
+            fn, self.compile_s, self.reason = compile_step(fn, mode)
             self.compiled = self.reason is None
         self.fn = fn
         if device.type != "cuda":

@@ -1,0 +1,150 @@
+"""Where one captured step's time goes on a GPU: kernels per step and their summed device time, against
+the time the captured graph takes to replay -- per step of the fast engine (AR decode, P-EAGLE verify of
+K+1 tokens and its one drafting pass, EAGLE-3's K drafting passes), plain and fused by torch.compile.
+
+If the kernels' summed time is close to the replay time, the step is kernel-bound (faster or fewer
+kernels are the lever: fusion, autotuned matmuls, a cheaper attention); if it is well below, the gaps
+between kernels inside the graph are (fewer kernels). The top kernels by time say which.
+
+    python benchmarks/gpu/step_profile.py --out step_profile.json --modes plain,default --k 7
+
+Needs CUDA (the target in bf16 by default). Each configuration's error is recorded in the JSON and the
+others go on. The step runs uncaptured under the profiler (the compiled function when fused: the same
+kernels the graph holds), then as a graph replay for its time.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import sys
+import time
+import traceback
+from collections import defaultdict
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+PROMPT = "Explain in three sentences why the sky is blue."
+
+
+def kernel_events(prof) -> list[tuple[str, float]]:
+    """(name, device microseconds) of every GPU activity (kernels, memsets, copies) the profiler saw."""
+    cuda = torch.autograd.DeviceType.CUDA
+    return [(e.name(), e.duration_ns() / 1e3) for e in prof.profiler.kineto_results.events() if e.device_type() == cuda]
+
+
+def _family(name: str) -> str:
+    """A kernel name folded into a family a reader can act on."""
+    n = name.lower()
+    for key, fam in (("gemv", "matmul"), ("gemm", "matmul"), ("cutlass", "matmul"), ("sm90", "matmul"),
+                     ("ampere", "matmul"), ("triton_tem", "matmul (triton template)"), ("mm", "matmul"),
+                     ("flash", "attention"), ("fmha", "attention"), ("attention", "attention"), ("sdpa", "attention"),
+                     ("triton", "fused (triton)"), ("index", "copy/index"), ("copy", "copy/index"),
+                     ("cat", "copy/index"), ("reduce", "reduction"), ("elementwise", "elementwise")):
+        if key in n:
+            return fam
+    return "other"
+
+
+def profile_step(fn, reps: int) -> dict:
+    """Kernels of ``reps`` calls of ``fn`` (uncaptured): count and summed device time per call, by family."""
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            fn()
+        torch.cuda.synchronize()
+    ev = kernel_events(prof)
+    by_name, by_family = defaultdict(lambda: [0, 0.0]), defaultdict(lambda: [0, 0.0])
+    for name, us in ev:
+        for table, key in ((by_name, name), (by_family, _family(name))):
+            table[key][0] += 1
+            table[key][1] += us
+    top = sorted(by_name.items(), key=lambda kv: -kv[1][1])[:12]
+    return {"kernels_per_step": len(ev) / reps, "kernel_ms_per_step": sum(us for _, us in ev) / reps / 1e3,
+            "by_family": {f: {"kernels_per_step": c / reps, "ms_per_step": us / reps / 1e3}
+                          for f, (c, us) in sorted(by_family.items(), key=lambda kv: -kv[1][1])},
+            "top_kernels": [{"name": n[:160], "calls_per_step": c / reps, "ms_per_step": us / reps / 1e3}
+                            for n, (c, us) in top]}
+
+
+def replay_ms(step, reps: int) -> float:
+    """Mean time of ``reps`` back-to-back calls of the (captured) step, CUDA events."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    step()
+    torch.cuda.synchronize()
+    start.record()
+    for _ in range(reps):
+        step()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / reps
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--modes", default="plain,default", help="plain, default, max-autotune-no-cudagraphs (comma list)")
+    ap.add_argument("--k", type=int, default=7)
+    ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
+    ap.add_argument("--reps", type=int, default=20, help="profiled calls per step")
+    ap.add_argument("--replays", type=int, default=40, help="timed graph replays per step")
+    args = ap.parse_args()
+    if not torch.cuda.is_available():
+        raise SystemExit("step_profile.py measures CUDA kernels: run it on a machine with a CUDA GPU")
+
+    from peagle_lab.bench import _load_drafters
+    from peagle_lab.device import DTYPES
+    from peagle_lab.fast.engine import fast_engine
+    from peagle_lab.fast.graphs import launch_floor_us
+    from peagle_lab.target import Target
+
+    target = Target.load(None, dtype=DTYPES[args.dtype], device="cuda")
+    drafters = _load_drafters(("eagle", "peagle"), {"eagle": None, "peagle": None}, target, target_is_default=True)
+    prompt = target.chat_ids(PROMPT)
+    # replays move the cache lengths forward by <= K+1 a call: room for warm-up, profile and replays
+    max_len = -(-(len(prompt) + 64 + (args.k + 1) * (2 * args.reps + args.replays + 8)) // 64) * 64
+    out = {"date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+           "machine": torch.cuda.get_device_name(), "versions": {"torch": torch.__version__},
+           "command": "python benchmarks/gpu/step_profile.py " + " ".join(sys.argv[1:]),
+           "what": "kernels per captured step and their summed device time vs the graph's replay time",
+           "settings": {"k": args.k, "dtype": args.dtype, "reps": args.reps, "replays": args.replays, "max_len": max_len},
+           "launch_floor_us": launch_floor_us(), "rows": []}
+    configs = [("ar", 0, "verify"), ("peagle", args.k, "verify"), ("peagle", args.k, "draft"), ("eagle", args.k, "draft")]
+    for mode in args.modes.split(","):
+        compile = False if mode == "plain" else True if mode == "default" else mode
+        for method, k, step_name in configs:
+            row = {"mode": mode, "method": method, "k": k or None, "step": step_name,
+                   "tokens_per_verify": (k + 1) if step_name == "verify" else None}
+            t0 = time.time()
+            try:
+                with torch.inference_mode():                              # as generate_fast builds its engines
+                    eng = fast_engine(target, method, drafters.get(method), k, max_len, capture=True, compile=compile)
+                    step = eng.verify if step_name == "verify" else eng.draft
+                    row["build_s"] = time.time() - t0
+                    eng.generate(prompt, 16, time_split=False)            # state as in decoding
+                    row.update(profile_step(step.fn, args.reps))
+                    eng.generate(prompt, 16, time_split=False)
+                    row["replay_ms"] = replay_ms(step, args.replays)
+                row["captured"], row["compiled"] = step.captured, step.compiled
+                row["kernel_share_of_replay"] = row["kernel_ms_per_step"] / row["replay_ms"] if row["replay_ms"] else None
+            except Exception as err:  # noqa: BLE001 -- recorded, the next configuration runs
+                traceback.print_exc()
+                row["error"] = f"{type(err).__name__}: {err}"
+            out["rows"].append(row)
+            fam = ", ".join(f"{f} {v['kernels_per_step']:.0f}x {v['ms_per_step']:.3f}" for f, v in
+                            list(row.get("by_family", {}).items())[:5])
+            print(f"[{mode}] {method:6s} {step_name:6s} kernels/step {row.get('kernels_per_step', 0):6.1f}  kernel ms "
+                  f"{row.get('kernel_ms_per_step', 0):.3f}  replay ms {row.get('replay_ms', 0):.3f}  | {fam}"
+                  + (f"  ERROR {row['error']}" if "error" in row else ""), flush=True)
+            Path(args.out).write_text(json.dumps(out, indent=1))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
