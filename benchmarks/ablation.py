@@ -3,7 +3,8 @@
 Every arm is a drafter replayed by `peagle-lab eval` / `benchmarks/replay_acceptance.py` /
 `benchmarks/ablation_eval.py` over all 80 MT-Bench first turns (greedy, 128 new tokens); rows are at K=7,
 and arms replayed at several K also carry their AL at each (`acceptance_length_by_k`). A lever compares arms trained side by side on the same
-data and budget; arms from different runs are not compared inside one lever. Levers the issue asks
+data and budget; arms from different runs are not compared inside one lever, except the epochs lever,
+whose arms differ only in how long the same recipe trained on the same data (a run of its own each). Levers the issue asks
 for that no run has measured yet are listed with `"measured": false` and the reason, so the table
 says what it does not know.
 
@@ -22,6 +23,8 @@ RESULTS = Path(__file__).parent / "results"
 RECIPE = "ablation_eval_recipe_mtbench80.json"
 # The second recipe run (device_recipe_2026-12-01i.json): five arms side by side on 4,631 multi-turn samples, 9 minutes.
 RECIPE2 = "ablation_eval_recipe2_mtbench80.json"
+# The fourth recipe window (device_recipe_2026-12-02j.json): the P-EAGLE recipe arm and EAGLE-3 alone, 15 minutes, ~20 epochs.
+RECIPE3 = "ablation_eval_recipe3_mtbench80.json"
 
 # (lever, arm, replay file, drafter key, what the arm is)
 ARMS = [
@@ -55,6 +58,18 @@ ARMS = [
      "shipped EAGLE-3 fine-tuned on the multi-turn data, peak LR 3e-4, noise 0.05 (second recipe run)"),
     ("shipped pair fine-tuned (recipe run 2)", "P-EAGLE, learned mask row", RECIPE2, "peagleFT",
      "shipped P-EAGLE moved to mask id 16 with a learned row (starting as row 0), fine-tuned the same way"),
+    ("epochs (P-EAGLE recipe)", "5 epochs (728 steps)", RECIPE2, "peagleR",
+     "P-EAGLE recipe on 4,631 samples for 9 minutes beside four other arms (second recipe run)"),
+    ("epochs (P-EAGLE recipe)", "20 epochs (2,845 steps)", RECIPE3, "peagleE",
+     "the same recipe and data for 15 minutes beside one other arm (fourth recipe window)"),
+    ("epochs (EAGLE-3)", "6 epochs (~750 steps, 4,119 samples)", RECIPE, "eagleR",
+     "EAGLE-3 1L MLP 1536, target head, noise 0.05, 8 minutes beside three other arms (first recipe run)"),
+    ("epochs (EAGLE-3)", "19 epochs (2,697 steps, 4,631 samples)", RECIPE3, "eagleE",
+     "the same EAGLE-3 for 15 minutes on the 4,631 samples (fourth recipe window)"),
+    ("method (recipe, ~20 epochs)", "EAGLE-3 1L", RECIPE3, "eagleE",
+     "EAGLE-3 1L MLP 1536, target head, noise 0.05, 2,697 steps (fourth recipe window)"),
+    ("method (recipe, ~20 epochs)", "P-EAGLE 4L, learned mask row", RECIPE3, "peagleE",
+     "P-EAGLE 4L MLP 384, target head, K_train 8, COD 0.8, noise 0.05, mask id 16 learned, 2,845 steps (fourth recipe window)"),
     ("shipped", "EAGLE-3", RECIPE, "eagle-shipped", "peagle_lab/drafters/eagle-smollm2"),
     ("shipped", "P-EAGLE", RECIPE, "peagle-shipped", "peagle_lab/drafters/peagle-smollm2"),
 ]
@@ -62,11 +77,10 @@ ARMS = [
 NOT_MEASURED = {
     "full embedding trainable": "a trainable 49,152 x 576 table is 56 MB in bf16: not shippable as package data; "
                                 "measurable on the GPU; the mask-row arms (learned vs frozen: +0.002 AL) give no reason to go further at this budget",
-    "data size with sampled replies (x3)": "both recipe runs trained on greedy replies only; the x1 vs x1.45 arms (3,191 vs "
-                                           "4,631 samples) are the data lever measured so far",
-    "epochs": "measured only within runs, on 10 validation prompts: P-EAGLE recipe 1.244 -> 1.337 from step 200 to 753 "
-              "(first run) and 1.290 -> 1.352 from 300 to 728 (second), still rising while the learning rate decays to 0; "
-              "a run resumed over several GPU windows (20+ epochs) is still to be made",
+    "data size with sampled replies (x3)": "every recipe run trained on greedy replies only; the x1 vs x1.45 arms (3,191 vs "
+                                           "4,631 samples) are the data lever measured so far. benchmarks/gpu/20_recipe.sh "
+                                           "REGEN_SETS='t07a t07b' regenerates two sampled replies per turn beside the archive's "
+                                           "greedy ones for the x3 arm; it needs one more GPU window",
 }
 
 
