@@ -91,21 +91,23 @@ def fused_section(path: Path, r: dict) -> list[str]:
     if "pairs" not in r:
         return bench_section(path, r)
     s, same = r["settings"], r.get("ar_plain_vs_compiled") or {}
+    dtype = next((x.get("dtype") for x in r["results"] if x.get("dtype")), "?")
     lines = [f"## `{path.name}`", "", f"- date: {r['date']}; machine: {r['machine']}, torch {r['versions']['torch']}",
              f"- {r.get('what', '')}", f"- command: `{r['command']}`",
              f"- {s['prompts']}, {s['num_prompts']} prompts x {s['max_new_tokens']} tokens, T={s['temperature']}, "
-             f"batch {s['batch_size']}, bf16", "",
+             f"batch {s['batch_size']}, {dtype}", "",
              "| method | K | tokens/s plain | tokens/s compiled | x | AL plain / compiled | verify ms | draft ms "
              "| host ms | identical to AR (plain / compiled) |", "|---|---|---|---|---|---|---|---|---|---|"]
     for p in r["pairs"]:
         a, b = p["plain"], p["compiled"]
         ms = {part: f"{a['step_split_ms'][part]:.3f} -> {b['step_split_ms'][part]:.3f}" for part in ("verify", "draft", "host")}
         x = f"{p['speedup']:.2f}" if p.get("speedup") else f"not comparable ({a['num_prompts']} vs {b['num_prompts']} prompts)"
-        lines.append(f"| {p['method']} | {p['k'] or '-'} | {a['tokens_per_s']:.0f} | {b['tokens_per_s']:.0f} | {x} | "
+        mode = "" if p.get("mode", "default") == "default" else f" ({p['mode']})"
+        lines.append(f"| {p['method']}{mode} | {p['k'] or '-'} | {a['tokens_per_s']:.0f} | {b['tokens_per_s']:.0f} | {x} | "
                      f"{_f(a['acceptance_length'])} / {_f(b['acceptance_length'])} | {ms['verify']} | {ms['draft']} | "
                      f"{ms['host']} | {a['identical_to_ar']} / {b['identical_to_ar']} |")
     if same:
-        lines += ["", f"Compiled AR vs plain AR (bf16): {same['identical']} of {same['prompts']} prompts identical, first "
+        lines += ["", f"Compiled AR vs plain AR ({dtype}): {same['identical']} of {same['prompts']} prompts identical, first "
                   f"difference at tokens {same['first_difference_at']}."]
     return lines + [""]
 

@@ -163,7 +163,7 @@ def fast_engine(target: Target, method: str, drafter: Eagle3Drafter | None, k: i
                 capture: bool = True, compile: bool | str = False) -> FastEngine:
     """The engine for this configuration, built (its steps compiled and captured) on first use."""
     table = _ENGINES.setdefault(target, {})
-    key = (method, id(drafter), k if method != "ar" else 0, max_len, capture, compile)
+    key = (method, id(drafter), k if method != "ar" else 0, max_len, capture, compile_mode(compile))
     if key not in table:                           # the engine holds the drafter, so id() stays unique
         table[key] = FastEngine(target, method, drafter, k, max_len, capture=capture, compile=compile)
     return table[key]
