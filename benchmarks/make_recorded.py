@@ -89,7 +89,7 @@ def fused_pairs() -> dict:
     return {"source": "benchmarks/results/fused_engine_h200.json", "settings": r["settings"],
             "rows": [{"method": p["method"], "k": p["k"], "speedup": p["speedup"],
                       "plain": {k: p["plain"][k] for k in side}, "compiled": {k: p["compiled"][k] for k in side}}
-                     for p in r["pairs"] if p.get("mode", "default") == "default"]}
+                     for p in r["pairs"] if p.get("mode", "default") == "default" and p.get("speedup")]}
 
 
 def ablation() -> dict:

@@ -100,6 +100,10 @@ def fused_section(path: Path, r: dict) -> list[str]:
              "| host ms | identical to AR (plain / compiled) |", "|---|---|---|---|---|---|---|---|---|---|"]
     for p in r["pairs"]:
         a, b = p["plain"], p["compiled"]
+        if a is None or b is None:                     # a phase that crashed or timed out: no pair to show
+            lines.append(f"| {p['method']} | {p['k'] or '-'} | {'missing' if a is None else round(a['tokens_per_s'])} | "
+                         f"{'missing' if b is None else round(b['tokens_per_s'])} | - | - | - | - | - | - |")
+            continue
         ms = {part: f"{a['step_split_ms'][part]:.3f} -> {b['step_split_ms'][part]:.3f}" for part in ("verify", "draft", "host")}
         x = f"{p['speedup']:.2f}" if p.get("speedup") else f"not comparable ({a['num_prompts']} vs {b['num_prompts']} prompts)"
         mode = "" if p.get("mode", "default") == "default" else f" ({p['mode']})"

@@ -44,7 +44,8 @@ R="python -m peagle_lab regenerate --prompts /tmp/pk/sharegpt_turns.jsonl --all-
 # REGEN_SETS="t07a t07b" with DATA_TGZ: only the sampled replies, beside the archive's greedy ones (the x3 data arm)
 for set in ${REGEN_SETS:-greedy t07a t07b}; do
   [ ${REGEN_SECONDS:-300} -gt 0 ] || break
-  case \$set in greedy) T=""; ;; t07a) T="--temperature 0.7 --seed 1"; ;; t07b) T="--temperature 0.7 --seed 2"; ;; esac
+  case \$set in greedy) T=""; ;; t07a) T="--temperature 0.7 --seed 1"; ;; t07b) T="--temperature 0.7 --seed 2"; ;;
+    *) echo "REGEN_SETS: unknown set \$set (greedy, t07a or t07b)"; continue; ;; esac
   timeout $(( ${REGEN_SECONDS:-300} / $(echo ${REGEN_SETS:-greedy t07a t07b} | wc -w) )) \$R --out /tmp/pk/data/\$set \$T > /tmp/pk/regen-\$set.log 2>&1
 done
 mkdir -p /tmp/pk/mix/all /tmp/pk/mix/greedy
@@ -75,6 +76,6 @@ echo "wait" >> /tmp/pk/chain.sh
 cat /tmp/pk/chain.sh
 setsid nohup bash /tmp/pk/chain.sh > /tmp/pk/chain.log 2>&1 < /dev/null &
 echo "chain started at ${SECONDS} s"
-while [ "$SECONDS" -lt "${CALL_SECONDS:-540}" ]; do sleep 20; tail -c 200 /tmp/pk/regen-greedy.log | tr '\r' '\n' | tail -n 1; done
+while [ "$SECONDS" -lt "${CALL_SECONDS:-540}" ]; do sleep 20; tail -c 200 "$(ls -t /tmp/pk/regen-*.log 2>/dev/null | head -n 1)" 2>/dev/null | tr '\r' '\n' | tail -n 1; done
 cat /tmp/pk/data_stats.json 2>/dev/null
 for n in $(cat /tmp/pk/runs.txt); do echo "== $n"; grep -a '^\[' "/tmp/pk/train-$n.log"; tail -c 300 "/tmp/pk/train-$n.log" | tr '\r' '\n' | tail -n 2; done

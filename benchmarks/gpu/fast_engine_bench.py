@@ -263,7 +263,7 @@ def main() -> None:
     fn = {"bench": cmd_bench, "hf-static": cmd_hf_static, "merge": cmd_merge, "pair": cmd_pair}[args.phase]
     try:
         data = fn(args)
-    except Exception as err:  # noqa: BLE001 -- the phase's error goes into its JSON; the script goes on
+    except (Exception, SystemExit) as err:  # noqa: BLE001 -- the phase's error (a refused setting too) goes into its JSON
         traceback.print_exc()
         print(f"[{args.phase} {args.dtype}] ERROR {type(err).__name__}: {err}", flush=True)
         data = {"error": f"{type(err).__name__}: {err}", "traceback": traceback.format_exc()[-4000:]}
