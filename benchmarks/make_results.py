@@ -342,7 +342,33 @@ def recipe_run_section(path: Path, r: dict) -> list[str]:
     return lines + ["", r["reading"], ""]
 
 
-SECTIONS = {"ablation_eval_": ablation_eval_section, "ablation_": ablation_section, "device_recipe_": recipe_run_section,
+def step_profile_section(path: Path, r: dict) -> list[str]:
+    """`step_profile.py`: per captured step, kernels and their device time by family against the replay time."""
+    if "rows" not in r:
+        return generic_section(path, r)
+    lines = [f"## `{path.name}`", "", f"- date: {r['date']}; machine: {r['machine']}, torch {r['versions']['torch']}",
+             f"- {r['what']}"] + [f"- command: `{c}`" for c in r.get("commands", [r.get("command", "")])]
+    lines += [f"- K={r['settings']['k']}, {r['settings']['dtype']}, cache of {r['settings']['max_len']} slots; empty "
+              f"captured graph {r['launch_floor_us']:.1f} us", "",
+              "| mode | step | kernels | kernel ms | replay ms | attention ms | matmul ms | other ms | top kernel |",
+              "|---|---|---|---|---|---|---|---|---|"]
+    for row in r["rows"]:
+        if "error" in row:
+            lines.append(f"| {row['mode']} | {row['method']} {row['step']} | error: {row['error']} | | | | | | |")
+            continue
+        fam = row.get("by_family_corrected") or row["by_family"]
+        att = sum(v["ms_per_step"] for f, v in fam.items() if f.startswith("attention"))
+        mm = sum(v["ms_per_step"] for f, v in fam.items() if f.startswith("matmul"))
+        top = row["top_kernels"][0]
+        lines.append(f"| {row['mode']} | {row['method']} {row['step']} | {row['kernels_per_step']:.0f} | "
+                     f"{row['kernel_ms_per_step']:.3f} | {row['replay_ms']:.3f} | {att:.3f} | {mm:.3f} | "
+                     f"{row['kernel_ms_per_step'] - att - mm:.3f} | `{top['name'][:48]}` {top['ms_per_step']:.3f} ms |")
+    if r.get("family_note"):
+        lines += ["", r["family_note"] + "."]
+    return lines + ["", r.get("reading", ""), ""]
+
+
+SECTIONS = {"ablation_eval_": ablation_eval_section, "step_profile_": step_profile_section, "ablation_": ablation_section, "device_recipe_": recipe_run_section,
             "device_finetune_": finetune_ab_section, "replay_": replay_section, "train_step_": train_step_section, "kernel_": kernel_section, "train_memory_": memory_section, "drafter_forward_": drafter_forward_section,
             "fused_engine_": fused_section}
 
@@ -390,8 +416,11 @@ TOPICS = [
     ("Fast GPU engine (static caches, CUDA graphs, fused steps)", "fast-engine.md",
      {"fused_engine_h200.json": "the engine's captured steps with torch.compile vs without, bf16, batch 1, side by side",
       "fast_engine_h200.json": "AR, EAGLE-3 and P-EAGLE at K=1..8, bf16 and fp32, batch 1, with the step's time split",
+      "step_profile_h200.json": "where a captured step's time goes: kernels by family (attention, matmul, the rest)",
       "fused_engine_cpu.json": "the same fusion lever on a 2-core CPU"},
-     {"fused_engine_h200_coldcache.json": ""}, ["fast_engine_tests_h200.log", "fused_engine_tests_h200.log"]),
+     {"fused_engine_h200_coldcache.json": ""},
+     ["fast_engine_tests_h200.log", "fused_engine_tests_h200.log", "logs/step_profile_h200.log",
+      "logs/step_profile_h200_maxautotune.log"]),
     ("Acceptance (replayed and measured)", "acceptance-by-category.md",
      {"replay_acceptance_mtbench80.json": "AL of the shipped and larger drafters on all 80 MT-Bench prompts, per category",
       "replay_acceptance_capacity.json": "AL of drafters above the shipping size limit, all 80 MT-Bench prompts",

@@ -35,6 +35,7 @@ from .batch_engine import generate_batch
 from .engine import StepTimes, generate
 from .fast import generate_fast
 from .fast.graphs import H200_HBM_BYTES_PER_S, compile_mode, launch_floor_us, memory_floor_ms, module_weight_bytes
+from .fast.llama import check_attention
 from .fast.engine import static_target
 from .prompts import load_prompts
 from .stats import AcceptanceStats
@@ -111,6 +112,7 @@ class _Runner:
     max_len: int
     keep_going: bool = False
     compile: bool | str = False
+    attention: str = "sdpa"
 
     def fast(self, row: _Row) -> bool:
         """Rows the fast engine runs: batch 1, greedy (sampling stays on the teaching engine)."""
@@ -129,7 +131,8 @@ class _Runner:
                 outs.append(target.hf_generate(ids, budget, temperature=temperature, seed=seed))
             elif self.fast(row):
                 outs.append(generate_fast(target, ids, method=row.method, drafter=drafter, k=k, max_new_tokens=budget,
-                                          temperature=temperature, seed=seed, max_len=self.max_len, compile=self.compile))
+                                          temperature=temperature, seed=seed, max_len=self.max_len, compile=self.compile,
+                                          attention=self.attention))
                 row.steps += len(outs[-1].tokens) if row.method == "ar" else len(outs[-1].steps)
             else:
                 outs.append(generate(target, ids, method=row.method, drafter=drafter, k=k, max_new_tokens=budget,
@@ -166,7 +169,8 @@ class _Runner:
         """Greedy AR output of ``{index: prompt}``, untimed (identical_to_ar needs it when no ar row ran);
         with keep_going a failure leaves ``{}`` (identical_to_ar stays null)."""
         gen = generate_fast if self.engine == "fast" else generate
-        kw = {"max_len": self.max_len, "compile": self.compile} if self.engine == "fast" else {}
+        kw = ({"max_len": self.max_len, "compile": self.compile, "attention": self.attention}
+              if self.engine == "fast" else {})
         try:
             return {i: gen(self.target, ids, method="ar", max_new_tokens=self.max_new_tokens, **kw).tokens
                     for i, ids in prompts.items()}
@@ -270,7 +274,8 @@ def run_bench(*, methods, ks, prompts: str, num_prompts: int, max_new_tokens: in
               peagle_drafter: str | None = None, seed: int = 0, progress: bool = True,
               batch_sizes=(1,), spread: bool = False, engine: str = "auto", device: str = "auto",
               dtype: str = "float32", max_len: int | None = None, keep_going: bool = False, compile: bool | str = False,
-              time_budget_s: float | None = None, hbm_bytes_per_s: float = H200_HBM_BYTES_PER_S) -> dict:
+              time_budget_s: float | None = None, hbm_bytes_per_s: float = H200_HBM_BYTES_PER_S,
+              attention: str = "sdpa") -> dict:
     """Run the benchmark and return the JSON-ready result (``{"results": [...], ...}``).
 
     ``batch_sizes``: for each B, rows run consecutive groups of B prompts as one batch
@@ -285,7 +290,8 @@ def run_bench(*, methods, ks, prompts: str, num_prompts: int, max_new_tokens: in
     a configuration that raises gets its ``error`` recorded and is skipped from then on, the rest
     run on. ``compile``: the fast engine fuses its steps with ``torch.compile`` before capturing them
     (rows' ``warmup_s`` then includes the compile); True or an inductor mode
-    (:func:`peagle_lab.fast.graphs.compile_mode`). ``time_budget_s``: start no new round of prompts
+    (:func:`peagle_lab.fast.graphs.compile_mode`). ``attention``: the fast engine's attention over the
+    target's cache, ``sdpa`` or ``triton`` (:class:`peagle_lab.fast.llama.StaticTarget`). ``time_budget_s``: start no new round of prompts
     this long after the call began (loading and warm-up included; rows then report the prompts actually
     run; the first round always runs). ``hbm_bytes_per_s``: bandwidth for the memory floor (H200: 4.8 TB/s).
     """
@@ -294,6 +300,10 @@ def run_bench(*, methods, ks, prompts: str, num_prompts: int, max_new_tokens: in
         mode = compile_mode(compile)
     except ValueError as err:
         raise SystemExit(f"--compile: {err}") from None
+    try:
+        check_attention(attention)
+    except ValueError as err:
+        raise SystemExit(f"--attention: {err}") from None
     batch_sizes = _checked_batch_sizes(methods, batch_sizes, temperature, dtype)
     target = target or Target.load(target_name, dtype=DTYPES[dtype], device=resolve_device(device))
     engine = resolve_engine(engine, str(target.device))
@@ -312,7 +322,10 @@ def run_bench(*, methods, ks, prompts: str, num_prompts: int, max_new_tokens: in
               file=sys.stderr)
     if max_len is None:
         max_len = max(len(p) for p in prompt_ids) + max_new_tokens + max(ks, default=1) + 1
-    runner = _Runner(target, drafters, engine, max_new_tokens, temperature, max_len, keep_going, compile)
+    if attention != "sdpa" and engine != "fast":
+        raise SystemExit(f"--attention {attention} picks the fast engine's attention, but this bench runs the {engine} "
+                         "engine: add --engine fast (or drop --attention)")
+    runner = _Runner(target, drafters, engine, max_new_tokens, temperature, max_len, keep_going, compile, attention)
     runner.warm_up(rows, prompt_ids[: batch_sizes[-1]], seed)
     done = _bench_rounds(runner, rows, prompt_ids, math.lcm(*batch_sizes), seed, started=started,
                          time_budget_s=time_budget_s, progress=progress)
@@ -322,7 +335,8 @@ def run_bench(*, methods, ks, prompts: str, num_prompts: int, max_new_tokens: in
                         "temperature": temperature, "methods": list(methods), "k": list(ks),
                         "batch_size": batch_sizes, "engine": engine, "device": str(target.device),
                         "dtype": str(next(target.model.parameters()).dtype).removeprefix("torch."),
-                        "max_len": max_len if engine == "fast" else None, "compile": (mode if engine == "fast" else None) or False},
+                        "max_len": max_len if engine == "fast" else None, "compile": (mode if engine == "fast" else None) or False,
+                        "attention": attention if engine == "fast" else None},
            "results": [_row_result(runner, row, done) for row in rows]}
     if engine == "fast" and target.device.type == "cuda":
         out["floors"] = floors(target, drafters, max_len, hbm_bytes_per_s)

@@ -76,7 +76,7 @@ def cmd_bench(args) -> int:
                        eagle_drafter=args.eagle_drafter, peagle_drafter=args.peagle_drafter, seed=args.seed,
                        batch_sizes=args.batch_size, spread=args.spread, engine=args.engine, device=args.device,
                        dtype=args.dtype, hbm_bytes_per_s=args.hbm_gbps * 1e9, time_budget_s=args.time_budget,
-                       compile=args.compile)
+                       compile=args.compile, attention=args.attention)
     result["command"] = "peagle-lab " + " ".join(args.argv)
     result["info"] = collect(count_prompts=False)
     write_json(result, args.json)
@@ -410,6 +410,9 @@ def add_bench_parser(sub) -> None:
                    help="fast engine: fuse each step with torch.compile before capturing it (fewer kernels a step; "
                         "the warm-up pays the compile, reported per row as warmup_s); MODE max-autotune-no-cudagraphs "
                         "also autotunes the matmuls (a longer compile)")
+    s.add_argument("--attention", default="sdpa", choices=["sdpa", "triton"],
+                   help="fast engine: the target's attention over its static cache -- sdpa (torch, masked over every "
+                        "slot) or triton (peagle_lab's split kernel, cost follows the live slots)")
     s.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
                    help="target and drafter weights (float32 on CPUs without native bf16)")
     s.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",

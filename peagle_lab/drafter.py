@@ -227,8 +227,11 @@ class Attention(nn.Module):
         q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
         if cache is not None:
             k, v = cache.append(layer, k, v)                                        # (B, nkv, S, hd)
+        attend = getattr(cache, "attend", None)           # a cache may bring its own kernel (the fast engine's)
         if _is_block_mask(attn_mask):                       # training: sparse P-EAGLE mask, no dense (T, S)
             out = _flex_attention(q.to(v.dtype), k.to(v.dtype), v, attn_mask)
+        elif attend is not None:
+            out = attend(q, k, v)                                                   # (B, nh, T, hd)
         else:
             rep = c.num_heads // c.num_kv_heads
             k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)

@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
-# The fast engine with its steps fused by torch.compile, against itself unfused, on one GPU, from the repository
-# root, in <= 420 s:
-#   1. tests/test_fast_compile.py on CUDA (compiled + captured steps: logits == eager, greedy == AR);
-#   2. `bench --engine fast` compile OFF: AR, EAGLE-3 and P-EAGLE at K in $KS, $NUM_PROMPTS spread MT-Bench
+# The fast engine's variants -- steps fused by torch.compile, the Triton cache attention, or both -- against the
+# plain engine (compile off, SDPA attention), on one GPU, from the repository root, in <= $TOTAL_S s:
+#   1. tests/test_fast_compile.py and tests/test_cache_attention.py on CUDA (compiled + captured steps: logits ==
+#      eager, greedy == AR; the compiled attention kernels == SDPA, lossless greedy inside graphs);
+#   2. `bench --engine fast` plain: AR, EAGLE-3 and P-EAGLE at K in $KS, $NUM_PROMPTS spread MT-Bench
 #      prompts x $MAX_NEW tokens, T=0, batch 1, $DTYPE, per-step time split and launch / memory floors;
-#   3. the same with --compile, one process per K in $KS and per inductor mode in $COMPILE_MODES (AR in each: its
-#      reference), so that a slow compile loses one K, not all: rows carry warmup_s (compile + capture + one short
-#      generation) and the graphs report each engine's compile_s;
-#   4. `pair`: a row pair per (mode, method, K) with tokens/s and per-step verify / draft / host ratios (on / off).
+#   3. the same per variant in $VARIANTS and per K (one process each, AR in each: its reference), so that a slow
+#      compile loses one K, not all: rows carry warmup_s (compile + capture + one short generation) and the graphs
+#      report each engine's compile_s;
+#   4. `pair`: a row pair per (variant, method, K) with tokens/s and per-step verify / draft / host ratios;
+#   5. PROFILE=1: benchmarks/gpu/step_profile.py for plain and every variant (kernels per step, by family).
 # Measured 2026-12-02 (results/fused_engine_h200.json): the first call on a machine compiles for 27-36 s per (method,
 # K) (fused_engine_h200_coldcache.json: the budget cut its compiled phases short); a second call reuses inductor's
-# disk cache. Next lever: COMPILE_MODES=default,max-autotune-no-cudagraphs KS=7 (matmul autotuning, epilogue fusion).
+# disk cache. The step profile (results/step_profile_h200.json) then found SDPA's cuDNN kernel at ~17 us a layer,
+# 42% of the AR step: next run VARIANTS=plain+triton,default,default+triton KS=7 PROFILE=1.
 # Every bench phase has a time budget: rows report the prompts actually run (the first prompt always runs).
 # Raw JSON: $OUT/fused_engine_h200.json (+ the per-phase parts and logs).
 # Needs the GGUF parked first (README.md: 06_park.sh with gguf.part-00, then -01; this call carries
@@ -23,12 +26,14 @@ export PEAGLE_GGUF=${PEAGLE_GGUF:-/tmp/pk/SmolLM2-135M-Instruct.Q4_1.gguf} PEAGL
 export PYTHONPATH=. PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 export KS=${KS:-3,5,7} METHODS=${METHODS:-ar,eagle,peagle} NUM_PROMPTS=${NUM_PROMPTS:-12} MAX_NEW=${MAX_NEW:-256}
 export AR_CHECK=${AR_CHECK:-3}                    # prompts on which compiled and plain greedy AR are compared
-# inductor modes to compare with plain, each against the same plain phase: default, max-autotune-no-cudagraphs
-COMPILE_MODES=${COMPILE_MODES:-default}
+# variants to compare with plain (compile off, SDPA attention), each against the same plain phase: an inductor mode
+# (default, max-autotune-no-cudagraphs) or plain, with +triton for the Triton cache attention (--attention triton),
+# e.g. VARIANTS=plain+triton,default,default+triton. COMPILE_MODES (older name) is read when VARIANTS is unset.
+VARIANTS=${VARIANTS:-${COMPILE_MODES:-default}}
 DTYPE=${DTYPE:-bfloat16}
 TOTAL_S=${TOTAL_S:-420}
 OUT=${OUT:-/tmp/fused_engine_out}; mkdir -p "$OUT"
-export COMMAND="KS=$KS NUM_PROMPTS=$NUM_PROMPTS MAX_NEW=$MAX_NEW TOTAL_S=$TOTAL_S COMPILE_MODES=$COMPILE_MODES RUN_TESTS=${RUN_TESTS:-1} bash benchmarks/gpu/23_fused_engine.sh"
+export COMMAND="KS=$KS NUM_PROMPTS=$NUM_PROMPTS MAX_NEW=$MAX_NEW TOTAL_S=$TOTAL_S VARIANTS=$VARIANTS RUN_TESTS=${RUN_TESTS:-1} bash benchmarks/gpu/23_fused_engine.sh"
 PY="python benchmarks/gpu/fast_engine_bench.py"
 IFS=, read -r -a KLIST <<< "$KS"
 
@@ -50,19 +55,23 @@ echo "== target ready at ${SECONDS} s"
 if [ "${RUN_TESTS:-1}" = 1 ]; then
   T=$(left 60 290)
   PEAGLE_TEST_DEVICE=${DEVICE:-cuda} timeout "$T" python -m pytest -q -p no:cacheprovider -rs --durations=8 \
-    tests/test_fast_compile.py > "$OUT/fused_engine_tests.log" 2>&1
+    tests/test_fast_compile.py tests/test_cache_attention.py > "$OUT/fused_engine_tests.log" 2>&1
   echo "== tests (rc $?, limit $T s) done at ${SECONDS} s"; tail -n 12 "$OUT/fused_engine_tests.log"
 fi
 
-IFS=, read -r -a MLIST <<< "$COMPILE_MODES"
+IFS=, read -r -a MLIST <<< "$VARIANTS"
 n_phases=$(( ${#KLIST[@]} * ${#MLIST[@]} ))
 bench "$(left 70 $((75 * n_phases + 10)))" part_plain bench_plain
 parts=("$OUT/part_plain.json")
 j=0
-for mode in "${MLIST[@]}"; do                     # compiled: one process per (mode, K), the later ones reuse the disk cache
+for variant in "${MLIST[@]}"; do                  # one process per (variant, K); compiled ones reuse the disk cache
+  mode=${variant%%+*}
   for k in "${KLIST[@]}"; do
     j=$((j + 1))
-    if [ "$mode" = default ]; then name=fused_k$k; flag=(--compile); else name=${mode%%-*}_k$k; flag=(--compile "$mode"); fi
+    case $mode in plain) name=plain; flag=(); ;; default) name=fused; flag=(--compile); ;;
+      *) name=${mode%%-*}; flag=(--compile "$mode"); ;; esac
+    if [ "$variant" != "$mode" ]; then name=${name}_triton; flag+=(--attention triton); fi
+    name=${name}_k$k
     KS=$k bench "$(left 150 $((75 * (n_phases - j) + 10)))" "part_$name" "bench_$name" "${flag[@]}"
     parts+=("$OUT/part_$name.json")
   done
@@ -72,7 +81,7 @@ timeout 30 $PY pair --out "$OUT/fused_engine_h200.json" "${parts[@]}"
 # PROFILE=1: then, in the time left, where each step's time goes (kernels per step, their summed device time, the top
 # kernels, against the graph's replay time) for plain and every mode: results $OUT/step_profile.json
 if [ "${PROFILE:-0}" = 1 ]; then
-  timeout "$(left 240 5)" python benchmarks/gpu/step_profile.py --out "$OUT/step_profile.json" --modes "plain,$COMPILE_MODES" \
+  timeout "$(left 240 5)" python benchmarks/gpu/step_profile.py --out "$OUT/step_profile.json" --modes "plain,$VARIANTS" \
     --k "${KLIST[-1]}" --dtype "$DTYPE" > "$OUT/step_profile.log" 2>&1
   echo "== step profile (rc $?) done at ${SECONDS} s"; grep -a "^\[" "$OUT/step_profile.log"
 fi

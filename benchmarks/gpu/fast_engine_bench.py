@@ -45,8 +45,9 @@ def write(path: str, data: dict) -> None:
 def graphs_report(target) -> list[dict]:
     from peagle_lab.fast import engine as fe
     out = []
-    for (method, _, k, max_len, capture, compiled), eng in fe._ENGINES.get(target, {}).items():
-        out.append({"method": method, "k": k, "max_len": max_len, "verify_captured": eng.verify.captured,
+    for (method, _, k, max_len, capture, compiled, attention), eng in fe._ENGINES.get(target, {}).items():
+        out.append({"method": method, "k": k, "max_len": max_len, "attention": attention,
+                    "verify_captured": eng.verify.captured,
                     "draft_captured": None if eng.draft is None else eng.draft.captured,
                     "compile": compiled, "verify_compiled": eng.verify.compiled,
                     "draft_compiled": None if eng.draft is None else eng.draft.compiled,
@@ -55,7 +56,7 @@ def graphs_report(target) -> list[dict]:
     return out
 
 
-def ar_outputs(target, max_len: int, compile: bool) -> list[list[int]]:
+def ar_outputs(target, max_len: int, compile: bool | str, attention: str = "sdpa") -> list[list[int]]:
     """Greedy AR tokens of the first $AR_CHECK prompts: `pair` compares compiled with plain. The fused
     kernels round differently (bf16), so a near-tie may flip and the two engines' greedy texts part."""
     from peagle_lab.fast import generate_fast
@@ -63,7 +64,7 @@ def ar_outputs(target, max_len: int, compile: bool) -> list[list[int]]:
 
     prompts = load_prompts("mt-bench", NUM_PROMPTS, spread=True)[:AR_CHECK]
     return [generate_fast(target, target.chat_ids(p), method="ar", max_new_tokens=MAX_NEW, max_len=max_len,
-                          compile=compile).tokens for p in prompts]
+                          compile=compile, attention=attention).tokens for p in prompts]
 
 
 def cmd_bench(args) -> dict:
@@ -72,16 +73,18 @@ def cmd_bench(args) -> dict:
 
     t0 = time.time()
     target = Target.load(None, dtype=DTYPES[args.dtype], device=DEVICE)
-    tag = f"{args.dtype}{' compiled' if args.compile else ''}{'' if args.compile in (True, False) else ' ' + args.compile}"
+    tag = (f"{args.dtype}{' compiled' if args.compile else ''}{'' if args.compile in (True, False) else ' ' + args.compile}"
+           f"{' triton-attention' if args.attention == 'triton' else ''}")
     print(f"[{tag}] target loaded in {time.time() - t0:.1f} s; {METHODS} K={KS}, {NUM_PROMPTS} prompts x {MAX_NEW} tokens",
           flush=True)
     result = run_bench(methods=METHODS, ks=KS, prompts="mt-bench", num_prompts=NUM_PROMPTS,
                        spread=True, max_new_tokens=MAX_NEW, target=target, engine="fast", keep_going=True, compile=args.compile,
+                       attention=args.attention,
                        time_budget_s=None if args.budget is None else args.budget - (time.time() - STARTED),
                        progress=True)
     result["graphs"] = graphs_report(target)
     if AR_CHECK:
-        result["ar_tokens"] = ar_outputs(target, result["settings"]["max_len"], args.compile)
+        result["ar_tokens"] = ar_outputs(target, result["settings"]["max_len"], args.compile, args.attention)
     result["wall_s"] = time.time() - t0
     for r in result["results"]:
         split = r.get("step_split_ms") or {}
@@ -203,9 +206,11 @@ def _pair(method: str, k, plain: dict | None, fused: dict | None, mode: str = "d
 
 
 def _mode(settings: dict) -> str:
-    """A bench part's compile setting as a side's name: plain, default or the inductor mode."""
+    """A bench part's settings as a side's name: plain, default or the inductor mode (the compile setting),
+    with ``+triton`` when the fast engine's attention was the Triton kernel (``plain`` alone: the reference)."""
     c = settings.get("compile")
-    return "plain" if not c else "default" if c is True else str(c)
+    name = "plain" if not c else "default" if c is True else str(c)
+    return name + ("+triton" if settings.get("attention") == "triton" else "")
 
 
 def _same_tokens(runs: list[dict], mode: str = "default") -> dict | None:
@@ -220,8 +225,9 @@ def _same_tokens(runs: list[dict], mode: str = "default") -> dict | None:
 
 
 def cmd_pair(args) -> dict:
-    """23_fused_engine.sh: the compile-off phase and the compile-on phases side by side, a pair per (method, K).
-    AR runs in every compile-on phase (the reference of its K's rows); the pair keeps the first."""
+    """23_fused_engine.sh: the plain phase (compile off, sdpa attention) and every other variant's phases
+    (compiled, Triton attention, or both) side by side, a pair per (variant, method, K). AR runs in every
+    variant's phase (the reference of its K's rows); the pair keeps the first."""
     merged = _header("23_fused_engine.sh")
     rows: dict = {}
     modes: list[str] = []                          # compiled modes in the order their parts came
@@ -230,9 +236,11 @@ def cmd_pair(args) -> dict:
         mode = _mode(data["settings"])
         if mode != "plain" and mode not in modes:
             modes.append(mode)
+        compiled = bool(data["settings"].get("compile"))
         for r in data["results"]:
-            merged["results"].append(dict(r, dtype=data["settings"]["dtype"], compile=mode != "plain",
-                                          compile_mode=None if mode == "plain" else mode, part=name))
+            merged["results"].append(dict(r, dtype=data["settings"]["dtype"], compile=compiled,
+                                          compile_mode=mode.split("+")[0] if compiled else None,
+                                          attention=data["settings"].get("attention") or "sdpa", part=name))
             rows.setdefault((r["method"], r["k"]), {}).setdefault(mode, r)
     merged["pairs"] = [_pair(m, k, sides.get("plain"), sides.get(mode), mode)
                        for mode in modes for (m, k), sides in rows.items() if mode in sides]
@@ -257,6 +265,8 @@ def main() -> None:
     ap.add_argument("--compile", nargs="?", const=True, default=False, metavar="MODE",
                     help="bench: fuse the fast engine's steps with torch.compile (MODE: default or "
                          "max-autotune-no-cudagraphs)")
+    ap.add_argument("--attention", default="sdpa", choices=["sdpa", "triton"],
+                    help="bench: the fast engine's attention over the target's cache")
     ap.add_argument("--out", required=True)
     ap.add_argument("parts", nargs="*")
     args = ap.parse_intermixed_args()

@@ -42,9 +42,13 @@ def kernel_events(prof) -> list[tuple[str, float]]:
 def _family(name: str) -> str:
     """A kernel name folded into a family a reader can act on."""
     n = name.lower()
-    for key, fam in (("gemv", "matmul"), ("gemm", "matmul"), ("cutlass", "matmul"), ("sm90", "matmul"),
+    # attention first: cuDNN's SDPA kernels carry sm90 / wgmma in their names too (the 2026-12-02 profile
+    # filed them under matmul, 0.5 ms of the AR step's 0.98 "matmul" ms); peagle_lab's own split kernels next
+    for key, fam in (("triton_poi", "fused (triton)"),         # inductor's pointwise kernels, named after any op
+                     ("sdpa", "attention"), ("flash", "attention"), ("fmha", "attention"), ("attention", "attention"),
+                     ("_split_body", "attention (peagle triton)"), ("_combine_body", "attention (peagle triton)"),
+                     ("gemv", "matmul"), ("gemm", "matmul"), ("cutlass", "matmul"), ("sm90", "matmul"),
                      ("ampere", "matmul"), ("triton_tem", "matmul (triton template)"), ("mm", "matmul"),
-                     ("flash", "attention"), ("fmha", "attention"), ("attention", "attention"), ("sdpa", "attention"),
                      ("triton", "fused (triton)"), ("index", "copy/index"), ("copy", "copy/index"),
                      ("cat", "copy/index"), ("reduce", "reduction"), ("elementwise", "elementwise")):
         if key in n:
@@ -92,7 +96,9 @@ def replay_ms(step, reps: int) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
-    ap.add_argument("--modes", default="plain,default", help="plain, default, max-autotune-no-cudagraphs (comma list)")
+    ap.add_argument("--modes", default="plain,default",
+                    help="comma list of plain, default, max-autotune-no-cudagraphs, each optionally +triton (the "
+                         "target's attention by peagle_lab's Triton kernel instead of SDPA), e.g. plain,plain+triton")
     ap.add_argument("--k", type=int, default=7)
     ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
     ap.add_argument("--reps", type=int, default=20, help="profiled calls per step")
@@ -120,14 +126,17 @@ def main() -> None:
            "launch_floor_us": launch_floor_us(), "rows": []}
     configs = [("ar", 0, "verify"), ("peagle", args.k, "verify"), ("peagle", args.k, "draft"), ("eagle", args.k, "draft")]
     for mode in args.modes.split(","):
-        compile = False if mode == "plain" else True if mode == "default" else mode
+        base, _, extra = mode.partition("+")
+        attention = "triton" if extra == "triton" else "sdpa"
+        compile = False if base == "plain" else True if base == "default" else base
         for method, k, step_name in configs:
-            row = {"mode": mode, "method": method, "k": k or None, "step": step_name,
+            row = {"mode": mode, "attention": attention, "method": method, "k": k or None, "step": step_name,
                    "tokens_per_verify": (k + 1) if step_name == "verify" else None}
             t0 = time.time()
             try:
                 with torch.inference_mode():                              # as generate_fast builds its engines
-                    eng = fast_engine(target, method, drafters.get(method), k, max_len, capture=True, compile=compile)
+                    eng = fast_engine(target, method, drafters.get(method), k, max_len, capture=True, compile=compile,
+                                      attention=attention)
                     step = eng.verify if step_name == "verify" else eng.draft
                     row["build_s"] = time.time() - t0
                     eng.generate(prompt, 16, time_split=False)            # state as in decoding

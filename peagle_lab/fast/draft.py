@@ -17,12 +17,17 @@ from __future__ import annotations
 import torch
 
 from ..drafter import Eagle3Drafter
+from ..kernels.cache_attention import cache_attention
 
 
 class StaticDrafterCache:
-    """Per-layer K/V ``(1, nkv, capacity + scratch, hd)`` (a list), written in place at ``write_idx``."""
+    """Per-layer K/V ``(1, nkv, capacity + scratch, hd)`` (a list), written in place at ``write_idx``.
 
-    def __init__(self, drafter: Eagle3Drafter, capacity: int, scratch: int):
+    ``attention="triton"``: the drafter's layers attend through
+    :func:`peagle_lab.kernels.cache_attention.cache_attention` (``attend``, which ``Eagle3Drafter``'s
+    attention calls when its cache has one) instead of SDPA over the whole buffer with the mask."""
+
+    def __init__(self, drafter: Eagle3Drafter, capacity: int, scratch: int, attention: str = "sdpa"):
         c = drafter.cfg
         weight = drafter.fc.weight
         shape = (1, c.num_kv_heads, capacity + scratch, c.head_dim)
@@ -32,6 +37,17 @@ class StaticDrafterCache:
         self.capacity = capacity
         self.slots = torch.arange(capacity + scratch, device=weight.device)  # (S,) slot index = position
         self.write_idx: torch.Tensor | None = None                           # (T,) set before each forward
+        self.positions: torch.Tensor | None = None                           # (T,) the queries' positions, likewise
+        if attention == "triton":
+            self.attend = self._attend
+
+    def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """``q (1, nh, T, hd)`` over the whole buffers ``k, v (1, nkv, S, hd)``, query ``t`` seeing slots
+        ``<= positions[t]`` (what the mask says) -> ``(1, nh, T, hd)``."""
+        _, nh, T, hd = q.shape
+        nkv = k.shape[1]
+        rows = q.reshape(nkv, (nh // nkv) * T, hd)                           # head g*rep+r, token t -> row r*T+t
+        return cache_attention(rows, k[0], v[0], self.positions).view(1, nh, T, hd)
 
     @property
     def length(self) -> int:
@@ -46,7 +62,7 @@ class StaticDrafterCache:
 
 def _forward(drafter: Eagle3Drafter, cache: StaticDrafterCache, ids, hidden, positions, write_idx):
     """One drafter pass over ``T`` slots -> ``(prenorm (T, H), logits (T, Vd))``."""
-    cache.write_idx = write_idx
+    cache.write_idx, cache.positions = write_idx, positions
     mask = cache.slots[None, :] <= positions[:, None]                        # (T, S); scratch slots > any position
     prenorm, logits = drafter(ids[None], hidden[None], cache, positions=positions[None], attn_mask=mask)
     return prenorm[0], logits[0]

@@ -32,27 +32,28 @@ from ..stats import AcceptanceStats
 from ..target import Target
 from .draft import StaticDrafterCache, draft_static
 from .graphs import StepGraph, compile_mode
-from .llama import StaticTarget
+from .llama import StaticTarget, check_attention
 
 _STATIC: "weakref.WeakKeyDictionary[Target, dict]" = weakref.WeakKeyDictionary()
 
 
-def static_target(target: Target, max_len: int) -> StaticTarget:
-    """One static target (weights shared, KV cache of ``max_len``) per target and length."""
+def static_target(target: Target, max_len: int, attention: str = "sdpa") -> StaticTarget:
+    """One static target (weights shared, KV cache of ``max_len``) per target, length and attention."""
     table = _STATIC.setdefault(target, {})
-    if ("target", max_len) not in table:
-        table[("target", max_len)] = StaticTarget(target, max_len)
-    return table[("target", max_len)]
+    key = ("target", max_len, attention)
+    if key not in table:
+        table[key] = StaticTarget(target, max_len, attention)
+    return table[key]
 
 
 class FastEngine:
     """Static buffers and captured steps for one (target, method, drafter, K, max_len)."""
 
     def __init__(self, target: Target, method: str, drafter: Eagle3Drafter | None, k: int, max_len: int,
-                 capture: bool = True, compile: bool | str = False):
+                 capture: bool = True, compile: bool | str = False, attention: str = "sdpa"):
         self.method, self.drafter, self.max_len = method, drafter, max_len
         self.k = k if method != "ar" else 0
-        self.st = static_target(target, max_len)
+        self.st = static_target(target, max_len, attention)
         dev = self.device = target.device
         K = self.k
         long = dict(dtype=torch.long, device=dev)
@@ -68,7 +69,7 @@ class FastEngine:
             self.ctx_n = torch.ones(1, **long)
             self.d_len = torch.zeros(1, **long)
             # scratch for padding slots; slot counts kept multiples of 16 (aligned masks for fused attention)
-            self.dcache = StaticDrafterCache(drafter, max_len, scratch=-(-(K + 1) // 16) * 16)
+            self.dcache = StaticDrafterCache(drafter, max_len, scratch=-(-(K + 1) // 16) * 16, attention=attention)
         self.verify = StepGraph(self._verify, dev, capture=capture, compile=compile)
         self.draft = StepGraph(self._draft, dev, capture=capture, compile=compile) if drafter is not None else None
         self.reason = self.verify.reason
@@ -160,12 +161,13 @@ _ENGINES: "weakref.WeakKeyDictionary[Target, dict]" = weakref.WeakKeyDictionary(
 
 
 def fast_engine(target: Target, method: str, drafter: Eagle3Drafter | None, k: int, max_len: int,
-                capture: bool = True, compile: bool | str = False) -> FastEngine:
+                capture: bool = True, compile: bool | str = False, attention: str = "sdpa") -> FastEngine:
     """The engine for this configuration, built (its steps compiled and captured) on first use."""
     table = _ENGINES.setdefault(target, {})
-    key = (method, id(drafter), k if method != "ar" else 0, max_len, capture, compile_mode(compile))
+    key = (method, id(drafter), k if method != "ar" else 0, max_len, capture, compile_mode(compile), attention)
     if key not in table:                           # the engine holds the drafter, so id() stays unique
-        table[key] = FastEngine(target, method, drafter, k, max_len, capture=capture, compile=compile)
+        table[key] = FastEngine(target, method, drafter, k, max_len, capture=capture, compile=compile,
+                                attention=attention)
     return table[key]
 
 
@@ -173,7 +175,7 @@ def fast_engine(target: Target, method: str, drafter: Eagle3Drafter | None, k: i
 def generate_fast(target: Target, prompt_ids: list[int], *, method: str = "peagle", drafter: Eagle3Drafter | None = None,
                   k: int = 5, max_new_tokens: int = 128, temperature: float = 0.0, top_p: float = 1.0,
                   seed: int | None = None, stop_at_eos: bool = True, max_len: int = 2048, capture: bool = True,
-                  time_split: bool = True, compile: bool | str = False) -> SpecResult:
+                  time_split: bool = True, compile: bool | str = False, attention: str = "sdpa") -> SpecResult:
     """:func:`peagle_lab.engine.generate` over static caches and captured steps (greedy).
 
     ``max_len``: the static cache size, rounded up to a multiple of 64 (prompt + max_new_tokens + K + 1
@@ -181,7 +183,8 @@ def generate_fast(target: Target, prompt_ids: list[int], *, method: str = "peagl
     runs the same fixed-shape steps eagerly. ``compile=True`` fuses each step with ``torch.compile`` first
     (the first call per configuration pays the compile: ``stats["compile_s"]``); a string picks inductor's
     mode (``"max-autotune-no-cudagraphs"``: matmul autotuning and epilogue fusion, a longer compile).
-    ``temperature > 0`` falls back to the teaching engine.
+    ``attention``: the target's attention over its cache, ``"sdpa"`` or ``"triton"``
+    (:class:`~peagle_lab.fast.llama.StaticTarget`). ``temperature > 0`` falls back to the teaching engine.
     """
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
@@ -207,6 +210,7 @@ def generate_fast(target: Target, prompt_ids: list[int], *, method: str = "peagl
             raise ValueError("parallel drafting needs a P-EAGLE drafter (mask token + mask_hidden); "
                              "this one is sequential-only: use method 'eagle' or a P-EAGLE checkpoint")
     compile_mode(compile)                          # a bad mode fails here, before anything is built
+    check_attention(attention)
     max_len = -(-int(max_len) // 64) * 64
-    engine = fast_engine(target, method, drafter if method != "ar" else None, k, max_len, capture, compile)
+    engine = fast_engine(target, method, drafter if method != "ar" else None, k, max_len, capture, compile, attention)
     return engine.generate(prompt_ids, max_new_tokens, target.eos_token_ids if stop_at_eos else (), time_split)

@@ -24,7 +24,18 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from ..kernels.cache_attention import cache_attention
 from ..target import Target
+
+ATTENTIONS = ("sdpa", "triton")
+
+
+def check_attention(attention: str) -> str:
+    """``attention`` as the fast engine takes it, or an error naming the choices."""
+    if attention not in ATTENTIONS:
+        raise ValueError(f"attention={attention!r}: choose 'sdpa' (torch's scaled_dot_product_attention over the "
+                         "whole cache, masked) or 'triton' (peagle_lab.kernels.cache_attention: split over the live slots)")
+    return attention
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -46,9 +57,14 @@ class StaticTarget:
 
     Batch 1. ``positions`` is a device tensor, so the same call runs eagerly (prefill, any ``T``)
     or inside a captured graph (decode ``T = 1``, verify ``T = K + 1``) without a host sync.
+
+    ``attention``: ``"sdpa"`` -- ``F.scaled_dot_product_attention`` over all ``S`` slots with the mask;
+    ``"triton"`` -- :func:`peagle_lab.kernels.cache_attention.cache_attention` (two small kernels whose
+    cost follows the live slots; on CPU it runs in Triton's interpreter, float32 / float16 only).
     """
 
-    def __init__(self, target: Target, max_len: int):
+    def __init__(self, target: Target, max_len: int, attention: str = "sdpa"):
+        self.attention = check_attention(attention)
         cfg = target.config
         if getattr(cfg, "hidden_act", "silu") != "silu":
             raise ValueError(f"the fast engine's Llama forward uses SiLU; this target's hidden_act is {cfg.hidden_act!r} "
@@ -103,7 +119,10 @@ class StaticTarget:
         # Grouped-query attention without repeating K/V: the rep query heads sharing a KV head become
         # rep*T query rows of that head (head h = g*rep + r -> row r*T + t of group g).
         q = q.reshape(1, self.nkv, self.rep * T, self.hd)                   # (1, nkv, rep*T, hd)
-        out = F.scaled_dot_product_attention(q, self.keys[i][None], self.values[i][None], attn_mask=mask)
+        if self.attention == "triton":                                      # row r*T+t sees slots <= positions[t]
+            out = cache_attention(q[0], self.keys[i], self.values[i], positions)[None]
+        else:
+            out = F.scaled_dot_product_attention(q, self.keys[i][None], self.values[i][None], attn_mask=mask)
         out = out.reshape(1, self.nh, T, self.hd).transpose(1, 2).reshape(1, T, self.nh * self.hd)  # (1, T, nh*hd)
         return F.linear(out, attn.o_proj.weight, attn.o_proj.bias)
 
@@ -115,9 +134,11 @@ class StaticTarget:
         """``ids (T,)`` at ``positions (T,)`` -> ``(logits (T, V) float32, aux (T, 3H) or None)``."""
         x = F.embedding(ids, self.embed)[None]                              # (1, T, H)
         cos, sin = self.cos[positions][None, :, None], self.sin[positions][None, :, None]   # (1, T, 1, hd)
-        allowed = self.slots[None, :] <= positions[:, None]                 # (T, S): the whole cache, causal
-        mask = torch.zeros(allowed.shape, dtype=x.dtype, device=x.device).masked_fill_(~allowed, float("-inf"))
-        mask = mask.repeat(self.rep, 1)                                     # (rep*T, S) rows as in _attention
+        mask = None
+        if self.attention == "sdpa":
+            allowed = self.slots[None, :] <= positions[:, None]             # (T, S): the whole cache, causal
+            mask = torch.zeros(allowed.shape, dtype=x.dtype, device=x.device).masked_fill_(~allowed, float("-inf"))
+            mask = mask.repeat(self.rep, 1)                                 # (rep*T, S) rows as in _attention
         taps = {}
         for i, layer in enumerate(self.layers):
             if aux and i in self.aux_layer_ids:

@@ -62,16 +62,22 @@ def _expand_body(token_ids_ptr, positions_ptr, next_ids_ptr,
 
 
 @functools.cache
-def compiled(interpret: bool):
-    """The kernel jitted for the GPU, or for Triton's CPU interpreter (``interpret=True``)."""
+def jit(body, interpret: bool):
+    """``body`` jitted for the GPU, or for Triton's CPU interpreter (``interpret=True``): Triton reads
+    ``TRITON_INTERPRET`` when it wraps a function, so it is set for that moment only."""
     if triton is None:
         raise RuntimeError("Triton is not installed: pip install triton (or use backend='torch')")
     old = os.environ.get("TRITON_INTERPRET")
     os.environ["TRITON_INTERPRET"] = "1" if interpret else "0"
     try:
-        return triton.jit(_expand_body)
+        return triton.jit(body)
     finally:
         if old is None:
             os.environ.pop("TRITON_INTERPRET")
         else:
             os.environ["TRITON_INTERPRET"] = old
+
+
+def compiled(interpret: bool):
+    """The layout kernel jitted for the GPU, or for Triton's CPU interpreter (``interpret=True``)."""
+    return jit(_expand_body, interpret)
