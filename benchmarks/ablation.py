@@ -25,6 +25,8 @@ RECIPE = "ablation_eval_recipe_mtbench80.json"
 RECIPE2 = "ablation_eval_recipe2_mtbench80.json"
 # The fourth recipe window (device_recipe_2026-12-02j.json): the P-EAGLE recipe arm and EAGLE-3 alone, 15 minutes, ~20 epochs.
 RECIPE3 = "ablation_eval_recipe3_mtbench80.json"
+# The fifth recipe window (device_recipe_2026-12-02k.json): both arms on the greedy archive plus two sampled replies per turn.
+RECIPE4 = "ablation_eval_recipe4_mtbench80.json"
 
 # (lever, arm, replay file, drafter key, what the arm is)
 ARMS = [
@@ -70,6 +72,20 @@ ARMS = [
      "EAGLE-3 1L MLP 1536, target head, noise 0.05, 2,697 steps (fourth recipe window)"),
     ("method (recipe, ~20 epochs)", "P-EAGLE 4L, learned mask row", RECIPE3, "peagleE",
      "P-EAGLE 4L MLP 384, target head, K_train 8, COD 0.8, noise 0.05, mask id 16 learned, 2,845 steps (fourth recipe window)"),
+    ("data with sampled replies (P-EAGLE recipe)", "4,631 greedy samples, 914K reply tokens (2,845 steps)", RECIPE3, "peagleE",
+     "P-EAGLE recipe on the greedy multi-turn archive, 15 minutes beside EAGLE-3 (fourth recipe window)"),
+    ("data with sampled replies (P-EAGLE recipe)", "+ 2 sampled replies a turn: 9,920 samples, 1.97M reply tokens (2,503 steps)",
+     RECIPE4, "peagleS3", "the same recipe on the archive plus 5,289 replies sampled at T=0.7 (two seeds), "
+     "12 minutes beside EAGLE-3 (fifth recipe window)"),
+    ("data with sampled replies (EAGLE-3)", "4,631 greedy samples, 914K reply tokens (2,697 steps)", RECIPE3, "eagleE",
+     "EAGLE-3 1L MLP 1536, target head, noise 0.05 on the greedy archive, 15 minutes (fourth recipe window)"),
+    ("data with sampled replies (EAGLE-3)", "+ 2 sampled replies a turn: 9,920 samples, 1.97M reply tokens (2,346 steps)",
+     RECIPE4, "eagleS3", "the same EAGLE-3 on the archive plus the sampled replies, 12 minutes (fifth recipe window)"),
+    ("method (recipe, sampled data)", "EAGLE-3 1L", RECIPE4, "eagleS3",
+     "EAGLE-3 1L MLP 1536, target head, noise 0.05, 9,920 samples, 2,346 steps (fifth recipe window)"),
+    ("method (recipe, sampled data)", "P-EAGLE 4L, learned mask row", RECIPE4, "peagleS3",
+     "P-EAGLE 4L MLP 384, target head, K_train 8, COD 0.8, noise 0.05, mask id 16 learned, 9,920 samples, "
+     "2,503 steps (fifth recipe window)"),
     ("shipped", "EAGLE-3", RECIPE, "eagle-shipped", "peagle_lab/drafters/eagle-smollm2"),
     ("shipped", "P-EAGLE", RECIPE, "peagle-shipped", "peagle_lab/drafters/peagle-smollm2"),
 ]
@@ -77,10 +93,6 @@ ARMS = [
 NOT_MEASURED = {
     "full embedding trainable": "a trainable 49,152 x 576 table is 56 MB in bf16: not shippable as package data; "
                                 "measurable on the GPU; the mask-row arms (learned vs frozen: +0.002 AL) give no reason to go further at this budget",
-    "data size with sampled replies (x3)": "every recipe run trained on greedy replies only; the x1 vs x1.45 arms (3,191 vs "
-                                           "4,631 samples) are the data lever measured so far. benchmarks/gpu/20_recipe.sh "
-                                           "REGEN_SETS='t07a t07b' regenerates two sampled replies per turn beside the archive's "
-                                           "greedy ones for the x3 arm; it needs one more GPU window",
 }
 
 
