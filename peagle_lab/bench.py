@@ -240,6 +240,10 @@ def _row_result(runner: _Runner, row: _Row, num_prompts: int) -> dict:
         per = 1e3 / row.steps if row.steps else 0.0
         out["step_split_ms"] = {"steps": row.steps, "verify": row.times["verify"] * per,
                                 "draft": row.times["draft"] * per, "host": row.times["bookkeeping"] * per}
+        # the prompt's pass runs eagerly (its length varies): how much of the wall it takes, and the rate after it
+        decode_s = row.seconds - row.times["prefill"]
+        out["prefill_ms_per_prompt"] = 1e3 * row.times["prefill"] / num_prompts if num_prompts else None
+        out["decode_tokens_per_s"] = row.tokens / decode_s if decode_s > 0 else None
     if row.error is not None:
         out["error"] = row.error
     return out

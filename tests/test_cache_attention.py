@@ -19,7 +19,8 @@ import torch
 from helpers import random_drafter, tiny_target
 from peagle_lab.engine import generate
 from peagle_lab.fast import StaticTarget, generate_fast
-from peagle_lab.kernels.cache_attention import cache_attention, cache_attention_torch, cache_attention_triton
+from peagle_lab.kernels.cache_attention import (MAX_ROWS, attend_cache, cache_attention, cache_attention_torch,
+                                                 cache_attention_triton)
 
 pytest.importorskip("triton")
 DEV = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -60,6 +61,18 @@ def test_op_is_the_kernel_and_traceable():
     with FakeTensorMode() as mode:
         fq, fk, fv, fp = (mode.from_tensor(t) for t in (q, k, v, pos))
         assert cache_attention(fq, fk, fv, fp).shape == q.shape
+
+
+def test_prompt_pass_goes_to_sdpa():
+    """A step's rows run the kernel; a prompt's hundreds of rows (more than one program holds) go to SDPA,
+    through the same entry point, and the kernel refuses them by name."""
+    q, k, v, pos = _case(2, 3, 50, 128, 16, 0, torch.float32)               # 150 rows > MAX_ROWS
+    assert q.shape[1] > MAX_ROWS
+    assert torch.equal(attend_cache(q, k, v, pos), cache_attention_torch(q, k, v, pos))
+    with pytest.raises(ValueError, match="attend_cache"):
+        cache_attention_triton(q, k, v, pos)
+    q, k, v, pos = _case(2, 3, 8, 128, 16, 40, torch.float32)
+    assert torch.equal(attend_cache(q, k, v, pos), cache_attention_triton(q, k, v, pos))
 
 
 def test_clear_errors():

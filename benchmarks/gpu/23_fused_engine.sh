@@ -53,7 +53,7 @@ timeout "$(left 90 330)" python -c "from peagle_lab.assets import resolve_target
 echo "== target ready at ${SECONDS} s"
 
 if [ "${RUN_TESTS:-1}" = 1 ]; then
-  T=$(left 60 290)
+  T=$(left ${TESTS_S:-150} 290)                 # the compiled tests compile once per shape: ~30 s each on a cold cache
   PEAGLE_TEST_DEVICE=${DEVICE:-cuda} timeout "$T" python -m pytest -q -p no:cacheprovider -rs --durations=8 \
     tests/test_fast_compile.py tests/test_cache_attention.py > "$OUT/fused_engine_tests.log" 2>&1
   echo "== tests (rc $?, limit $T s) done at ${SECONDS} s"; tail -n 12 "$OUT/fused_engine_tests.log"

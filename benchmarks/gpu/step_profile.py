@@ -93,6 +93,18 @@ def replay_ms(step, reps: int) -> float:
     return start.elapsed_time(end) / reps
 
 
+class _Prefill:
+    """The prompt's pass as a step: eager (its length varies), so ``fn`` is what runs and nothing is captured."""
+
+    captured = compiled = False
+
+    def __init__(self, eng, prompt):
+        self.fn = lambda: eng._prefill(prompt)
+
+    def __call__(self):
+        self.fn()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
@@ -124,7 +136,10 @@ def main() -> None:
            "what": "kernels per captured step and their summed device time vs the graph's replay time",
            "settings": {"k": args.k, "dtype": args.dtype, "reps": args.reps, "replays": args.replays, "max_len": max_len},
            "launch_floor_us": launch_floor_us(), "rows": []}
-    configs = [("ar", 0, "verify"), ("peagle", args.k, "verify"), ("peagle", args.k, "draft"), ("eagle", args.k, "draft")]
+    # prefill: the prompt's eager pass (target + P-EAGLE's first drafting) -- on the H200 it took 60-98 ms a prompt,
+    # 25-37% of the compiled engine's wall time (fused_engine_h200.json's time_split_s), so it is profiled too
+    configs = [("ar", 0, "verify"), ("peagle", args.k, "verify"), ("peagle", args.k, "draft"), ("eagle", args.k, "draft"),
+               ("peagle", args.k, "prefill")]
     for mode in args.modes.split(","):
         base, _, extra = mode.partition("+")
         attention = "triton" if extra == "triton" else "sdpa"
@@ -137,12 +152,22 @@ def main() -> None:
                 with torch.inference_mode():                              # as generate_fast builds its engines
                     eng = fast_engine(target, method, drafters.get(method), k, max_len, capture=True, compile=compile,
                                       attention=attention)
-                    step = eng.verify if step_name == "verify" else eng.draft
+                    step = {"verify": eng.verify, "draft": eng.draft, "prefill": _Prefill(eng, prompt)}[step_name]
                     row["build_s"] = time.time() - t0
+                    if step_name == "prefill":
+                        row["prompt_tokens"] = len(prompt)
                     eng.generate(prompt, 16, time_split=False)            # state as in decoding
                     row.update(profile_step(step.fn, args.reps))
                     eng.generate(prompt, 16, time_split=False)
                     row["replay_ms"] = replay_ms(step, args.replays)
+                    if step_name == "prefill":                            # a length not seen before: per-shape costs
+                        row["unseen_length_ms"] = []                      # (library plans, allocations) show here
+                        for cut in (1, 2, 3):
+                            torch.cuda.synchronize()
+                            t1 = time.perf_counter()
+                            eng._prefill(prompt[:-cut])
+                            torch.cuda.synchronize()
+                            row["unseen_length_ms"].append(1e3 * (time.perf_counter() - t1))
                 row["captured"], row["compiled"] = step.captured, step.compiled
                 row["kernel_share_of_replay"] = row["kernel_ms_per_step"] / row["replay_ms"] if row["replay_ms"] else None
             except Exception as err:  # noqa: BLE001 -- recorded, the next configuration runs
@@ -153,6 +178,7 @@ def main() -> None:
                             list(row.get("by_family", {}).items())[:5])
             print(f"[{mode}] {method:6s} {step_name:6s} kernels/step {row.get('kernels_per_step', 0):6.1f}  kernel ms "
                   f"{row.get('kernel_ms_per_step', 0):.3f}  replay ms {row.get('replay_ms', 0):.3f}  | {fam}"
+                  + (f"  unseen lengths ms {[round(x, 1) for x in row['unseen_length_ms']]}" if "unseen_length_ms" in row else "")
                   + (f"  ERROR {row['error']}" if "error" in row else ""), flush=True)
             Path(args.out).write_text(json.dumps(out, indent=1))
     print(f"wrote {args.out}")

@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 
 from ..drafter import Eagle3Drafter
-from ..kernels.cache_attention import cache_attention
+from ..kernels.cache_attention import attend_cache
 
 
 class StaticDrafterCache:
@@ -47,7 +47,7 @@ class StaticDrafterCache:
         _, nh, T, hd = q.shape
         nkv = k.shape[1]
         rows = q.reshape(nkv, (nh // nkv) * T, hd)                           # head g*rep+r, token t -> row r*T+t
-        return cache_attention(rows, k[0], v[0], self.positions).view(1, nh, T, hd)
+        return attend_cache(rows, k[0], v[0], self.positions).view(1, nh, T, hd)
 
     @property
     def length(self) -> int:

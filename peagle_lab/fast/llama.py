@@ -24,7 +24,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ..kernels.cache_attention import cache_attention
+from ..kernels.cache_attention import attend_cache
 from ..target import Target
 
 ATTENTIONS = ("sdpa", "triton")
@@ -120,7 +120,7 @@ class StaticTarget:
         # rep*T query rows of that head (head h = g*rep + r -> row r*T + t of group g).
         q = q.reshape(1, self.nkv, self.rep * T, self.hd)                   # (1, nkv, rep*T, hd)
         if self.attention == "triton":                                      # row r*T+t sees slots <= positions[t]
-            out = cache_attention(q[0], self.keys[i], self.values[i], positions)[None]
+            out = attend_cache(q[0], self.keys[i], self.values[i], positions)[None]
         else:
             out = F.scaled_dot_product_attention(q, self.keys[i][None], self.values[i][None], attn_mask=mask)
         out = out.reshape(1, self.nh, T, self.hd).transpose(1, 2).reshape(1, T, self.nh * self.hd)  # (1, T, nh*hd)

@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from .triton_kernel import jit, tl, triton
 
 BLOCK_S = 64                    # cache slots per split program
+MAX_ROWS = 128                  # query rows one program holds (decode and verify); a prompt's pass goes to SDPA
 
 
 # tl.max / tl.sum are jitted helpers that Triton's interpreter can call only if TRITON_INTERPRET was set
@@ -126,6 +127,9 @@ def cache_attention_triton(q: torch.Tensor, keys: torch.Tensor, values: torch.Te
     if triton is None:
         raise RuntimeError("Triton is not installed: pip install triton (or use attention='sdpa')")
     check_shapes(q, keys, positions)
+    if q.shape[1] > MAX_ROWS:
+        raise ValueError(f"{q.shape[1]} query rows: one program holds at most {MAX_ROWS} (a step's rows); "
+                         "a prompt's pass goes through attend_cache, which hands it to SDPA")
     q, keys, values = q.contiguous(), keys.contiguous(), values.contiguous()
     G, R, hd = q.shape
     S = keys.shape[1]
@@ -144,6 +148,15 @@ def cache_attention_triton(q: torch.Tensor, keys: torch.Tensor, values: torch.Te
     return out
 
 
+def attend_cache(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """What the fast engine calls: the Triton op for a step's few rows (``R <= MAX_ROWS``: decode, verify,
+    a drafting pass), the masked SDPA reference for a prompt's pass (hundreds of rows would not fit in
+    one program's registers; the prompt runs once, eagerly)."""
+    if q.shape[1] <= MAX_ROWS:
+        return cache_attention(q, keys, values, positions)
+    return cache_attention_torch(q, keys, values, positions)
+
+
 @torch.library.custom_op("peagle_lab::cache_attention", mutates_args=())
 def cache_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
     """:func:`cache_attention_triton` as a torch op: ``torch.compile`` keeps it whole (two launches)
@@ -156,4 +169,4 @@ def _(q, keys, values, positions):
     return torch.empty_like(q)
 
 
-__all__ = ["cache_attention", "cache_attention_torch", "cache_attention_triton", "BLOCK_S"]
+__all__ = ["attend_cache", "cache_attention", "cache_attention_torch", "cache_attention_triton", "BLOCK_S", "MAX_ROWS"]
