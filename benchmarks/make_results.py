@@ -448,7 +448,7 @@ TOPICS = [
      {}, ["flex_cuda_tests_h200.log"]),
     ("P-EAGLE recipe and its ablation", "peagle-recipe.md",
      {"ablation_135m.json": "the ablation table at 135M: AL per lever, arms trained side by side",
-      "ablation_eval_recipe4_mtbench80.json": "the sampled-reply data arms (x2.1 reply tokens) at K=3/5/7, all 80 MT-Bench prompts",
+      "ablation_eval_recipe4_mtbench80.json": "the sampled-reply data arms (x2.2 reply tokens) at K=3/5/7, all 80 MT-Bench prompts",
       "device_recipe_2026-12-02k.json": "the fifth recipe window: both methods on the greedy archive plus two sampled replies a turn",
       "ablation_eval_recipe3_mtbench80.json": "the epochs arms (~20 epochs) at K=3/5/7, all 80 MT-Bench prompts",
       "device_recipe_2026-12-02j.json": "the fourth recipe window: the P-EAGLE recipe and EAGLE-3 alone for 15 minutes (~20 epochs)",

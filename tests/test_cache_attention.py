@@ -123,6 +123,21 @@ def test_generate_fast_triton_equals_ar():
     assert len(drafting) == 2 and all(e.dcache.attend == e.dcache._attend for e in drafting)   # the drafters' layers too
 
 
+def test_long_prompt_mixes_sdpa_prefill_and_kernel_steps():
+    """A prompt longer than MAX_ROWS / rep: its pass (target and drafter) goes to SDPA, the steps after it to the
+    kernel, over the same caches; still AR token for token, with the teaching engine's acceptance."""
+    tiny = tiny_target(vocab=50, head_dim=16)
+    prompt = [(7 * i + 3) % 50 for i in range(80)]             # 2 rows per token: 160 rows > MAX_ROWS
+    ref = generate(tiny, prompt, method="ar", max_new_tokens=12, stop_at_eos=False).tokens
+    for method, parallel in (("eagle", False), ("peagle", True)):
+        d = random_drafter(tiny, parallel=parallel, num_layers=1, draft_vocab_size=20, seed=5)
+        out = generate_fast(tiny, prompt, method=method, drafter=d, k=3, max_new_tokens=12, stop_at_eos=False,
+                            max_len=128, attention="triton")
+        assert out.tokens == ref, method
+        teach = generate(tiny, prompt, method=method, drafter=d, k=3, max_new_tokens=12, stop_at_eos=False)
+        assert out.acceptance.to_dict() == teach.acceptance.to_dict(), method
+
+
 @cuda_only
 @pytest.mark.parametrize("shape", SHAPES[:2])
 def test_compiled_kernel_bfloat16(shape):

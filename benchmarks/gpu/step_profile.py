@@ -93,6 +93,29 @@ def replay_ms(step, reps: int) -> float:
     return start.elapsed_time(end) / reps
 
 
+def unseen_lengths(eng, prompt: list[int]) -> dict:
+    """Wall ms of the prompt's pass at lengths not run before: with every SDPA backend allowed, then with
+    cuDNN's left out (cuDNN builds an execution plan per new shape, which a prompt of a new length pays)."""
+    def timed(cuts):
+        out = []
+        for cut in cuts:
+            torch.cuda.synchronize()
+            t1 = time.perf_counter()
+            eng._prefill(prompt[:-cut])
+            torch.cuda.synchronize()
+            out.append(1e3 * (time.perf_counter() - t1))
+        return out
+
+    res = {"unseen_length_ms": timed((1, 2, 3))}
+    cudnn = torch.backends.cuda.cudnn_sdp_enabled()
+    torch.backends.cuda.enable_cudnn_sdp(False)
+    try:
+        res["unseen_length_ms_without_cudnn_sdpa"] = timed((4, 5, 6))
+    finally:
+        torch.backends.cuda.enable_cudnn_sdp(cudnn)
+    return res
+
+
 class _Prefill:
     """The prompt's pass as a step: eager (its length varies), so ``fn`` is what runs and nothing is captured."""
 
@@ -161,13 +184,7 @@ def main() -> None:
                     eng.generate(prompt, 16, time_split=False)
                     row["replay_ms"] = replay_ms(step, args.replays)
                     if step_name == "prefill":                            # a length not seen before: per-shape costs
-                        row["unseen_length_ms"] = []                      # (library plans, allocations) show here
-                        for cut in (1, 2, 3):
-                            torch.cuda.synchronize()
-                            t1 = time.perf_counter()
-                            eng._prefill(prompt[:-cut])
-                            torch.cuda.synchronize()
-                            row["unseen_length_ms"].append(1e3 * (time.perf_counter() - t1))
+                        row.update(unseen_lengths(eng, prompt))           # (library plans, allocations) show here
                 row["captured"], row["compiled"] = step.captured, step.compiled
                 row["kernel_share_of_replay"] = row["kernel_ms_per_step"] / row["replay_ms"] if row["replay_ms"] else None
             except Exception as err:  # noqa: BLE001 -- recorded, the next configuration runs
@@ -178,7 +195,8 @@ def main() -> None:
                             list(row.get("by_family", {}).items())[:5])
             print(f"[{mode}] {method:6s} {step_name:6s} kernels/step {row.get('kernels_per_step', 0):6.1f}  kernel ms "
                   f"{row.get('kernel_ms_per_step', 0):.3f}  replay ms {row.get('replay_ms', 0):.3f}  | {fam}"
-                  + (f"  unseen lengths ms {[round(x, 1) for x in row['unseen_length_ms']]}" if "unseen_length_ms" in row else "")
+                  + (f"  unseen lengths ms {[round(x, 1) for x in row['unseen_length_ms']]}, without cuDNN SDPA "
+                     f"{[round(x, 1) for x in row['unseen_length_ms_without_cudnn_sdpa']]}" if "unseen_length_ms" in row else "")
                   + (f"  ERROR {row['error']}" if "error" in row else ""), flush=True)
             Path(args.out).write_text(json.dumps(out, indent=1))
     print(f"wrote {args.out}")

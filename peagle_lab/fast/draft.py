@@ -47,7 +47,7 @@ class StaticDrafterCache:
         _, nh, T, hd = q.shape
         nkv = k.shape[1]
         rows = q.reshape(nkv, (nh // nkv) * T, hd)                           # head g*rep+r, token t -> row r*T+t
-        return attend_cache(rows, k[0], v[0], self.positions).view(1, nh, T, hd)
+        return attend_cache(rows, k[0], v[0], self.positions).reshape(1, nh, T, hd)   # SDPA may hand back strides
 
     @property
     def length(self) -> int:

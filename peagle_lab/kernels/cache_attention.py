@@ -12,7 +12,7 @@ This is the split-over-the-cache scheme of flash-decoding, in two small Triton k
    block (row ``r * T + t`` sees slot ``s`` iff ``s <= positions[t]``), and keeps the block's row
    maxima ``m``, softmax sums ``l`` and unnormalised outputs ``o`` (float32). Blocks past the last
    live slot load nothing (masked loads), so the cost follows the live length, not ``S``;
-2. ``combine``: one program per KV head merges its blocks' ``(m, l, o)`` into the softmax output.
+2. ``combine``: one program per KV head merges its live blocks' ``(m, l, o)`` into the softmax output.
 
 The positions come from a device tensor, so the call has fixed shapes and fits in a captured CUDA
 graph. :func:`cache_attention_torch` is the reference (SDPA with the same mask); on CPU the Triton
@@ -79,15 +79,17 @@ def _split_body(q_ptr, k_ptr, v_ptr, pos_ptr, o_ptr, m_ptr, l_ptr, R, T, S, scal
     tl.store(o_ptr + (part * BLOCK_R + rows[:, None]) * HD + d[None, :], o)
 
 
-def _combine_body(o_ptr, m_ptr, l_ptr, out_ptr, R, NBLK,
-                  HD: tl.constexpr, BLOCK_R: tl.constexpr):
+def _combine_body(o_ptr, m_ptr, l_ptr, pos_ptr, out_ptr, R, T, NBLK,
+                  HD: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_S: tl.constexpr):
     g = tl.program_id(0)
     rows = tl.arange(0, BLOCK_R)
     d = tl.arange(0, HD)
+    pos = tl.load(pos_ptr + rows % T, mask=rows < R, other=-1)
+    live = tl.minimum(tl.reduce(pos, 0, _MAX) // BLOCK_S + 1, NBLK)   # blocks past the last live slot saw nothing
     big_m = tl.full((BLOCK_R,), float("-inf"), tl.float32)
     big_l = tl.full((BLOCK_R,), 0.0, tl.float32)
     acc = tl.full((BLOCK_R, HD), 0.0, tl.float32)
-    for blk in range(0, NBLK):                      # running log-sum-exp merge of the blocks
+    for blk in range(0, live):                      # running log-sum-exp merge of the live blocks
         part = g * NBLK + blk
         m = tl.load(m_ptr + part * BLOCK_R + rows)
         new_m = tl.maximum(big_m, m)
@@ -144,7 +146,8 @@ def cache_attention_triton(q: torch.Tensor, keys: torch.Tensor, values: torch.Te
     ieee = q.dtype == torch.float32                 # float32 exactly (no TF32): the lossless oracle runs in float32
     split[(G, nblk)](q, keys, values, positions, o, m, l, R, positions.shape[0], S, hd ** -0.5,
                      HD=hd, BLOCK_R=block_r, BLOCK_S=BLOCK_S, IEEE=ieee, num_warps=4)
-    combine[(G,)](o, m, l, out, R, nblk, HD=hd, BLOCK_R=block_r, num_warps=4)
+    combine[(G,)](o, m, l, positions, out, R, positions.shape[0], nblk, HD=hd, BLOCK_R=block_r, BLOCK_S=BLOCK_S,
+                  num_warps=4)
     return out
 
 
@@ -166,7 +169,7 @@ def cache_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, p
 
 @cache_attention.register_fake
 def _(q, keys, values, positions):
-    return torch.empty_like(q)
+    return q.new_empty(q.shape)                     # contiguous, as the kernels write it
 
 
 __all__ = ["attend_cache", "cache_attention", "cache_attention_torch", "cache_attention_triton", "BLOCK_S", "MAX_ROWS"]
