@@ -78,7 +78,23 @@ def gpu_speed() -> dict:
             "settings": r["settings"], "rows": [{k: row.get(k) for k in keep} for row in r["results"]],
             "floors": {run: v["floors"] for run, v in r["runs"].items() if "floors" in v},
             "transformers_static_cache_tokens_per_s": hf[0]["tokens_per_s"] if hf else None,
-            "compiled": fused_pairs()}
+            "compiled": fused_pairs(), "step_profile": step_profile()}
+
+
+def step_profile() -> dict:
+    """Where a captured step's time goes (bf16, K=7): kernel time by family against the graph's replay time."""
+    r = _raw("step_profile_h200.json")
+    rows = []
+    for row in r["rows"]:
+        if "error" in row:
+            continue
+        fam = row.get("by_family_corrected") or row["by_family"]
+        att = sum(v["ms_per_step"] for f, v in fam.items() if f.startswith("attention"))
+        mm = sum(v["ms_per_step"] for f, v in fam.items() if f.startswith("matmul"))
+        rows.append({"mode": row["mode"], "method": row["method"], "step": row["step"],
+                     "kernels": row["kernels_per_step"], "replay_ms": row["replay_ms"], "attention_ms": att,
+                     "matmul_ms": mm, "other_ms": row["kernel_ms_per_step"] - att - mm})
+    return {"source": "benchmarks/results/step_profile_h200.json", "settings": r["settings"], "rows": rows}
 
 
 def fused_pairs() -> dict:
