@@ -196,3 +196,4 @@ def test_bench_passes_attention_through(target, monkeypatch):
     assert feb._mode(out["settings"]) == "plain+triton"
     assert feb._mode({"compile": True, "attention": "triton"}) == "default+triton"
     assert feb._mode({"compile": False, "attention": "sdpa"}) == "plain"
+    assert feb._mode({"compile": False, "attention": "triton", "cudnn_sdpa": False}) == "plain+triton+nocudnn"

@@ -27,8 +27,9 @@ export PYTHONPATH=. PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 export KS=${KS:-3,5,7} METHODS=${METHODS:-ar,eagle,peagle} NUM_PROMPTS=${NUM_PROMPTS:-12} MAX_NEW=${MAX_NEW:-256}
 export AR_CHECK=${AR_CHECK:-3}                    # prompts on which compiled and plain greedy AR are compared
 # variants to compare with plain (compile off, SDPA attention), each against the same plain phase: an inductor mode
-# (default, max-autotune-no-cudagraphs) or plain, with +triton for the Triton cache attention (--attention triton),
-# e.g. VARIANTS=plain+triton,default,default+triton. COMPILE_MODES (older name) is read when VARIANTS is unset.
+# (default, max-autotune-no-cudagraphs) or plain, with +triton for the Triton cache attention (--attention triton)
+# and/or +nocudnn for SDPA without its cuDNN backend (prompt pass and steps), e.g.
+# VARIANTS=plain+triton,plain+nocudnn,default+triton. COMPILE_MODES (older name) is read when VARIANTS is unset.
 VARIANTS=${VARIANTS:-${COMPILE_MODES:-default}}
 DTYPE=${DTYPE:-bfloat16}
 TOTAL_S=${TOTAL_S:-420}
@@ -70,7 +71,8 @@ for variant in "${MLIST[@]}"; do                  # one process per (variant, K)
     j=$((j + 1))
     case $mode in plain) name=plain; flag=(); ;; default) name=fused; flag=(--compile); ;;
       *) name=${mode%%-*}; flag=(--compile "$mode"); ;; esac
-    if [ "$variant" != "$mode" ]; then name=${name}_triton; flag+=(--attention triton); fi
+    case +$variant+ in *+triton+*) name=${name}_triton; flag+=(--attention triton); ;; esac
+    case +$variant+ in *+nocudnn+*) name=${name}_nocudnn; flag+=(--no-cudnn-sdpa); ;; esac
     name=${name}_k$k
     KS=$k bench "$(left 150 $((75 * (n_phases - j) + 10)))" "part_$name" "bench_$name" "${flag[@]}"
     parts+=("$OUT/part_$name.json")

@@ -72,9 +72,11 @@ def cmd_bench(args) -> dict:
     from peagle_lab.target import Target
 
     t0 = time.time()
+    if args.no_cudnn_sdpa:                          # SDPA picks among flash / efficient / math instead
+        torch.backends.cuda.enable_cudnn_sdp(False)
     target = Target.load(None, dtype=DTYPES[args.dtype], device=DEVICE)
     tag = (f"{args.dtype}{' compiled' if args.compile else ''}{'' if args.compile in (True, False) else ' ' + args.compile}"
-           f"{' triton-attention' if args.attention == 'triton' else ''}")
+           f"{' triton-attention' if args.attention == 'triton' else ''}{' no-cudnn-sdpa' if args.no_cudnn_sdpa else ''}")
     print(f"[{tag}] target loaded in {time.time() - t0:.1f} s; {METHODS} K={KS}, {NUM_PROMPTS} prompts x {MAX_NEW} tokens",
           flush=True)
     result = run_bench(methods=METHODS, ks=KS, prompts="mt-bench", num_prompts=NUM_PROMPTS,
@@ -83,6 +85,7 @@ def cmd_bench(args) -> dict:
                        time_budget_s=None if args.budget is None else args.budget - (time.time() - STARTED),
                        progress=True)
     result["graphs"] = graphs_report(target)
+    result["settings"]["cudnn_sdpa"] = torch.backends.cuda.cudnn_sdp_enabled()
     if AR_CHECK:
         result["ar_tokens"] = ar_outputs(target, result["settings"]["max_len"], args.compile, args.attention)
     result["wall_s"] = time.time() - t0
@@ -207,10 +210,12 @@ def _pair(method: str, k, plain: dict | None, fused: dict | None, mode: str = "d
 
 def _mode(settings: dict) -> str:
     """A bench part's settings as a side's name: plain, default or the inductor mode (the compile setting),
-    with ``+triton`` when the fast engine's attention was the Triton kernel (``plain`` alone: the reference)."""
+    with ``+triton`` when the fast engine's attention was the Triton kernel and ``+nocudnn`` when SDPA ran
+    without its cuDNN backend (``plain`` alone: the reference)."""
     c = settings.get("compile")
     name = "plain" if not c else "default" if c is True else str(c)
-    return name + ("+triton" if settings.get("attention") == "triton" else "")
+    return (name + ("+triton" if settings.get("attention") == "triton" else "")
+            + ("+nocudnn" if settings.get("cudnn_sdpa") is False else ""))
 
 
 def _same_tokens(runs: list[dict], mode: str = "default") -> dict | None:
@@ -236,7 +241,7 @@ def cmd_pair(args) -> dict:
         mode = _mode(data["settings"])
         if mode != "plain" and mode not in modes:
             modes.append(mode)
-        compiled = bool(data["settings"].get("compile"))
+        compiled = bool(data["settings"].get("compile"))           # (mode also names +triton / +nocudnn)
         for r in data["results"]:
             merged["results"].append(dict(r, dtype=data["settings"]["dtype"], compile=compiled,
                                           compile_mode=mode.split("+")[0] if compiled else None,
@@ -267,6 +272,8 @@ def main() -> None:
                          "max-autotune-no-cudagraphs)")
     ap.add_argument("--attention", default="sdpa", choices=["sdpa", "triton"],
                     help="bench: the fast engine's attention over the target's cache")
+    ap.add_argument("--no-cudnn-sdpa", action="store_true",
+                    help="bench: turn off SDPA's cuDNN backend (torch.backends.cuda.enable_cudnn_sdp(False))")
     ap.add_argument("--out", required=True)
     ap.add_argument("parts", nargs="*")
     args = ap.parse_intermixed_args()

@@ -133,7 +133,8 @@ def main() -> None:
     ap.add_argument("--out", required=True)
     ap.add_argument("--modes", default="plain,default",
                     help="comma list of plain, default, max-autotune-no-cudagraphs, each optionally +triton (the "
-                         "target's attention by peagle_lab's Triton kernel instead of SDPA), e.g. plain,plain+triton")
+                         "target's attention by peagle_lab's Triton kernel instead of SDPA) and/or +nocudnn (SDPA "
+                         "without its cuDNN backend), e.g. plain,plain+triton,plain+nocudnn")
     ap.add_argument("--k", type=int, default=7)
     ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
     ap.add_argument("--reps", type=int, default=20, help="profiled calls per step")
@@ -144,6 +145,7 @@ def main() -> None:
 
     from peagle_lab.bench import _load_drafters
     from peagle_lab.device import DTYPES
+    from peagle_lab.fast import engine as fe
     from peagle_lab.fast.engine import fast_engine
     from peagle_lab.fast.graphs import launch_floor_us
     from peagle_lab.target import Target
@@ -164,9 +166,12 @@ def main() -> None:
     configs = [("ar", 0, "verify"), ("peagle", args.k, "verify"), ("peagle", args.k, "draft"), ("eagle", args.k, "draft"),
                ("peagle", args.k, "prefill")]
     for mode in args.modes.split(","):
-        base, _, extra = mode.partition("+")
-        attention = "triton" if extra == "triton" else "sdpa"
+        base, *extras = mode.split("+")
+        attention = "triton" if "triton" in extras else "sdpa"
         compile = False if base == "plain" else True if base == "default" else base
+        if torch.backends.cuda.cudnn_sdp_enabled() == ("nocudnn" in extras):   # +nocudnn: SDPA without cuDNN;
+            torch.backends.cuda.enable_cudnn_sdp("nocudnn" not in extras)     # captured graphs keep the kernels
+            fe._ENGINES.pop(target, None)                                     # they saw: build them anew
         for method, k, step_name in configs:
             row = {"mode": mode, "attention": attention, "method": method, "k": k or None, "step": step_name,
                    "tokens_per_verify": (k + 1) if step_name == "verify" else None}
