@@ -33,6 +33,7 @@ export AR_CHECK=${AR_CHECK:-3}                    # prompts on which compiled an
 VARIANTS=${VARIANTS:-${COMPILE_MODES:-default}}
 DTYPE=${DTYPE:-bfloat16}
 TOTAL_S=${TOTAL_S:-420}
+PHASE_S=${PHASE_S:-150}                          # cap per (variant, K) phase: max-autotune compiles ~60 s a step
 OUT=${OUT:-/tmp/fused_engine_out}; mkdir -p "$OUT"
 export COMMAND="KS=$KS NUM_PROMPTS=$NUM_PROMPTS MAX_NEW=$MAX_NEW TOTAL_S=$TOTAL_S VARIANTS=$VARIANTS RUN_TESTS=${RUN_TESTS:-1} bash benchmarks/gpu/23_fused_engine.sh"
 PY="python benchmarks/gpu/fast_engine_bench.py"
@@ -74,7 +75,7 @@ for variant in "${MLIST[@]}"; do                  # one process per (variant, K)
     case +$variant+ in *+triton+*) name=${name}_triton; flag+=(--attention triton); ;; esac
     case +$variant+ in *+nocudnn+*) name=${name}_nocudnn; flag+=(--no-cudnn-sdpa); ;; esac
     name=${name}_k$k
-    KS=$k bench "$(left 150 $((75 * (n_phases - j) + 10)))" "part_$name" "bench_$name" "${flag[@]}"
+    KS=$k bench "$(left ${PHASE_S:-150} $((75 * (n_phases - j) + 10)))" "part_$name" "bench_$name" "${flag[@]}"
     parts+=("$OUT/part_$name.json")
   done
 done
