@@ -18,7 +18,6 @@ The positions come from a device tensor, so the call has fixed shapes and fits i
 graph. :func:`cache_attention_torch` is the reference (SDPA with the same mask); on CPU the Triton
 path runs in Triton's interpreter, which is what the tests use.
 """
-from __future__ import annotations
 
 import functools
 
@@ -79,8 +78,8 @@ def _split_body(q_ptr, k_ptr, v_ptr, pos_ptr, o_ptr, m_ptr, l_ptr, R, T, S, scal
     tl.store(o_ptr + (part * BLOCK_R + rows[:, None]) * HD + d[None, :], o)
 
 
-def _combine_body(o_ptr, m_ptr, l_ptr, pos_ptr, out_ptr, R, T, NBLK,
-                  HD: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_S: tl.constexpr):
+def _combine_body(o_ptr, m_ptr, l_ptr, pos_ptr, out_ptr, R, T, NBLK: tl.constexpr,
+                  HD: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_S: tl.constexpr, ALL_BLOCKS: tl.constexpr):
     g = tl.program_id(0)
     rows = tl.arange(0, BLOCK_R)
     d = tl.arange(0, HD)
@@ -89,14 +88,19 @@ def _combine_body(o_ptr, m_ptr, l_ptr, pos_ptr, out_ptr, R, T, NBLK,
     big_m = tl.full((BLOCK_R,), float("-inf"), tl.float32)
     big_l = tl.full((BLOCK_R,), 0.0, tl.float32)
     acc = tl.full((BLOCK_R, HD), 0.0, tl.float32)
-    for blk in range(0, live):                      # running log-sum-exp merge of the live blocks
+    # Compiled, the loop stops after the live blocks. Triton 3.6's interpreter cannot take a tensor as a loop bound
+    # under NumPy >= 2.4 (it holds a 1-element array, not a 0-d one), so interpreted the loop walks every block up
+    # to the constexpr NBLK (one compile per cache size) and masks the dead ones.
+    for blk in range(0, NBLK if ALL_BLOCKS else live):     # running log-sum-exp merge of the live blocks
         part = g * NBLK + blk
-        m = tl.load(m_ptr + part * BLOCK_R + rows)
+        ok = rows * 0 + blk < live                  # (BLOCK_R,): a dead block reads as m = -inf, o = l = 0
+        m = tl.load(m_ptr + part * BLOCK_R + rows, mask=ok, other=float("-inf"))
         new_m = tl.maximum(big_m, m)
         safe = tl.where(new_m == float("-inf"), 0.0, new_m)
         a, b = tl.exp(big_m - safe), tl.exp(m - safe)
-        acc = acc * a[:, None] + tl.load(o_ptr + (part * BLOCK_R + rows[:, None]) * HD + d[None, :]) * b[:, None]
-        big_l = big_l * a + tl.load(l_ptr + part * BLOCK_R + rows) * b
+        o = tl.load(o_ptr + (part * BLOCK_R + rows[:, None]) * HD + d[None, :], mask=ok[:, None], other=0.0)
+        acc = acc * a[:, None] + o * b[:, None]
+        big_l = big_l * a + tl.load(l_ptr + part * BLOCK_R + rows, mask=ok, other=0.0) * b
         big_m = new_m
     out = acc / tl.where(big_l > 0, big_l, 1.0)[:, None]          # padding rows (>= R) saw nothing
     tl.store(out_ptr + (g * R + rows[:, None]) * HD + d[None, :], out.to(out_ptr.dtype.element_ty),
@@ -147,7 +151,7 @@ def cache_attention_triton(q: torch.Tensor, keys: torch.Tensor, values: torch.Te
     split[(G, nblk)](q, keys, values, positions, o, m, l, R, positions.shape[0], S, hd ** -0.5,
                      HD=hd, BLOCK_R=block_r, BLOCK_S=BLOCK_S, IEEE=ieee, num_warps=4)
     combine[(G,)](o, m, l, positions, out, R, positions.shape[0], nblk, HD=hd, BLOCK_R=block_r, BLOCK_S=BLOCK_S,
-                  num_warps=4)
+                  ALL_BLOCKS=not q.is_cuda, num_warps=4)
     return out
 
 
