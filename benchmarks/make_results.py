@@ -87,7 +87,9 @@ def bench_section(path: Path, r: dict) -> list[str]:
 
 
 def fused_section(path: Path, r: dict) -> list[str]:
-    """`23_fused_engine.sh`: the fast engine's steps with torch.compile vs without, a row pair per (method, K)."""
+    """`23_fused_engine.sh`: each variant of the fast engine (compiled steps, the Triton cache attention, SDPA without
+    cuDNN) against the plain engine of the same call, a row pair per (variant, method, K), then per variant the best
+    P-EAGLE against the best EAGLE-3 and AR."""
     if "pairs" not in r:
         return bench_section(path, r)
     s, same = r["settings"], r.get("ar_plain_vs_compiled") or {}
@@ -95,25 +97,63 @@ def fused_section(path: Path, r: dict) -> list[str]:
     lines = [f"## `{path.name}`", "", f"- date: {r['date']}; machine: {r['machine']}, torch {r['versions']['torch']}",
              f"- {r.get('what', '')}", f"- command: `{r['command']}`",
              f"- {s['prompts']}, {s['num_prompts']} prompts x {s['max_new_tokens']} tokens, T={s['temperature']}, "
-             f"batch {s['batch_size']}, {dtype}", "",
-             "| method | K | tokens/s plain | tokens/s compiled | x | AL plain / compiled | verify ms | draft ms "
-             "| host ms | identical to AR (plain / compiled) |", "|---|---|---|---|---|---|---|---|---|---|"]
+             f"batch {s['batch_size']}, {dtype}; tokens/s counts the prompt's pass, decode tokens/s leaves it out", "",
+             "| method (variant) | K | tokens/s plain | tokens/s variant | x | decode tokens/s | prompt ms | AL plain / variant "
+             "| verify ms | draft ms | host ms | identical to AR (plain / variant) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for p in r["pairs"]:
         a, b = p["plain"], p["compiled"]
         if a is None or b is None:                     # a phase that crashed or timed out: no pair to show
             lines.append(f"| {p['method']} | {p['k'] or '-'} | {'missing' if a is None else round(a['tokens_per_s'])} | "
-                         f"{'missing' if b is None else round(b['tokens_per_s'])} | - | - | - | - | - | - |")
+                         f"{'missing' if b is None else round(b['tokens_per_s'])} | - | - | - | - | - | - | - | - |")
             continue
         ms = {part: f"{a['step_split_ms'][part]:.3f} -> {b['step_split_ms'][part]:.3f}" for part in ("verify", "draft", "host")}
         x = f"{p['speedup']:.2f}" if p.get("speedup") else f"not comparable ({a['num_prompts']} vs {b['num_prompts']} prompts)"
-        mode = "" if p.get("mode", "default") == "default" else f" ({p['mode']})"
-        lines.append(f"| {p['method']}{mode} | {p['k'] or '-'} | {a['tokens_per_s']:.0f} | {b['tokens_per_s']:.0f} | {x} | "
+        row = _fused_rows(r, p, b)
+        dec = (f"{_f(row[0].get('decode_tokens_per_s'), '.0f')} -> {_f(row[1].get('decode_tokens_per_s'), '.0f')}"
+               if row else "-")
+        pre = (f"{_f(row[0].get('prefill_ms_per_prompt'), '.0f')} -> {_f(row[1].get('prefill_ms_per_prompt'), '.0f')}"
+               if row else "-")
+        lines.append(f"| {p['method']} ({p.get('mode', 'default')}) | {p['k'] or '-'} | {a['tokens_per_s']:.0f} | "
+                     f"{b['tokens_per_s']:.0f} | {x} | {dec} | {pre} | "
                      f"{_f(a['acceptance_length'])} / {_f(b['acceptance_length'])} | {ms['verify']} | {ms['draft']} | "
                      f"{ms['host']} | {a['identical_to_ar']} / {b['identical_to_ar']} |")
-    if same:
-        lines += ["", f"Compiled AR vs plain AR ({dtype}): {same['identical']} of {same['prompts']} prompts identical, first "
-                  f"difference at tokens {same['first_difference_at']}."]
+    lines.append("")
+    for mode in dict.fromkeys(p.get("mode", "default") for p in r["pairs"]):
+        sides = [p["compiled"] for p in r["pairs"] if p.get("mode", "default") == mode and p["compiled"]]
+        best = {m: max((x for x in sides if x.get("acceptance_length") and p_method(r, x) == m),
+                       key=lambda x: x["tokens_per_s"], default=None) for m in ("eagle", "peagle")}
+        ar = next((x for p, x in ((p, p["compiled"]) for p in r["pairs"]) if x and p["method"] == "ar"
+                   and p.get("mode", "default") == mode), None)
+        if best["eagle"] and best["peagle"] and ar:
+            e, q = best["eagle"], best["peagle"]
+            lines.append(f"- {mode}: AR {ar['tokens_per_s']:.0f} tokens/s; best P-EAGLE (K={_k(r, q)}) / best EAGLE-3 "
+                         f"(K={_k(r, e)}): **{q['tokens_per_s'] / e['tokens_per_s']:.2f}x**; best P-EAGLE / AR: "
+                         f"{q['tokens_per_s'] / ar['tokens_per_s']:.2f}x")
+    by_mode = r.get("ar_plain_vs_compiled_by_mode") or ({next(iter(p.get("mode", "default") for p in r["pairs"]))
+                                                          : same} if same else {})
+    for mode, same in by_mode.items():
+        if same:
+            lines += ["", f"AR {mode} vs plain AR ({dtype}): {same['identical']} of {same['prompts']} prompts identical, "
+                      f"first difference at tokens {same['first_difference_at']}."]
     return lines + [""]
+
+
+def _fused_rows(r: dict, pair: dict, side: dict) -> tuple[dict, dict] | None:
+    """The raw result rows (plain, variant) behind a pair's two sides, for the fields pairs do not copy."""
+    rows = [x for x in r["results"] if x["method"] == pair["method"] and x["k"] == pair["k"]]
+    plain = next((x for x in rows if x.get("part") == "part_plain"), None)
+    variant = next((x for x in rows if x.get("part") != "part_plain" and x["tokens_per_s"] == side["tokens_per_s"]), None)
+    return (plain, variant) if plain and variant else None
+
+
+def p_method(r: dict, side: dict) -> str | None:
+    """The method of a pair's side (pairs hold it one level up)."""
+    return next((p["method"] for p in r["pairs"] if p["compiled"] is side or p["plain"] is side), None)
+
+
+def _k(r: dict, side: dict):
+    return next((p["k"] for p in r["pairs"] if p["compiled"] is side or p["plain"] is side), None)
 
 
 def _f(x, fmt=".2f"):
@@ -414,13 +454,20 @@ TOPICS = [
      {"vllm_cpu_sweep_drafters_run1.json": "", "vllm_cpu_sweep_drafters_run2.json": "",
       "vllm_cpu_sweep_drafters_run3.json": "", "vllm_cpu_sweep_drafters_run4.json": ""}, []),
     ("Fast GPU engine (static caches, CUDA graphs, fused steps)", "fast-engine.md",
-     {"fused_engine_h200.json": "the engine's captured steps with torch.compile vs without, bf16, batch 1, side by side",
+     {"fused_engine_h200_best_k3k7.json": "the fastest configuration (compiled steps, Triton attention, prompt pass "
+                                           "without cuDNN) at K=3 and 7, bf16, batch 1",
+      "fused_engine_h200_best_k5.json": "the same at K=5, and with inductor's max-autotune mode",
+      "fused_engine_h200_fp32.json": "float32: the lossless oracle on CUDA with the Triton attention, plain and compiled",
+      "fused_engine_h200_attention_k5.json": "compiled steps with SDPA vs with the Triton cache attention, K=5",
+      "fused_engine_h200_attention_k7.json": "the Triton attention and SDPA without cuDNN, plain and compiled, K=7",
+      "step_profile_h200_attention.json": "where a captured step's time goes with the Triton attention; the prompt's pass",
       "fast_engine_h200.json": "AR, EAGLE-3 and P-EAGLE at K=1..8, bf16 and fp32, batch 1, with the step's time split",
-      "step_profile_h200.json": "where a captured step's time goes: kernels by family (attention, matmul, the rest)",
-      "fused_engine_cpu.json": "the same fusion lever on a 2-core CPU"},
-     {"fused_engine_h200_coldcache.json": ""},
-     ["fast_engine_tests_h200.log", "fused_engine_tests_h200.log", "logs/step_profile_h200.log",
-      "logs/step_profile_h200_maxautotune.log"]),
+      "fused_engine_cpu.json": "the fusion lever on a 2-core CPU"},
+     {"fused_engine_h200.json": "", "step_profile_h200.json": "", "fused_engine_h200_coldcache.json": ""},
+     ["fast_engine_tests_h200.log", "fused_engine_tests_h200.log", "logs/fused_engine_tests_h200_attention_call1.log",
+      "logs/fused_engine_tests_h200_attention_call5.log", "logs/step_profile_h200_attention.log",
+      "logs/step_profile_h200.log", "logs/step_profile_h200_maxautotune.log"]
+     + [f"logs/fused_engine_h200_attention_call_{c}.log" for c in "abcde"]),
     ("Acceptance (replayed and measured)", "acceptance-by-category.md",
      {"replay_acceptance_mtbench80.json": "AL of the shipped and larger drafters on all 80 MT-Bench prompts, per category",
       "replay_acceptance_capacity.json": "AL of drafters above the shipping size limit, all 80 MT-Bench prompts",

@@ -36,7 +36,7 @@ from .engine import StepTimes, generate
 from .fast import generate_fast
 from .fast.graphs import H200_HBM_BYTES_PER_S, compile_mode, launch_floor_us, memory_floor_ms, module_weight_bytes
 from .fast.llama import check_attention
-from .fast.engine import static_target
+from .fast.engine import engine_attention, static_target
 from .prompts import load_prompts
 from .stats import AcceptanceStats
 from .target import Target
@@ -112,7 +112,7 @@ class _Runner:
     max_len: int
     keep_going: bool = False
     compile: bool | str = False
-    attention: str = "sdpa"
+    attention: str = "auto"
 
     def fast(self, row: _Row) -> bool:
         """Rows the fast engine runs: batch 1, greedy (sampling stays on the teaching engine)."""
@@ -279,7 +279,7 @@ def run_bench(*, methods, ks, prompts: str, num_prompts: int, max_new_tokens: in
               batch_sizes=(1,), spread: bool = False, engine: str = "auto", device: str = "auto",
               dtype: str = "float32", max_len: int | None = None, keep_going: bool = False, compile: bool | str = False,
               time_budget_s: float | None = None, hbm_bytes_per_s: float = H200_HBM_BYTES_PER_S,
-              attention: str = "sdpa") -> dict:
+              attention: str = "auto") -> dict:
     """Run the benchmark and return the JSON-ready result (``{"results": [...], ...}``).
 
     ``batch_sizes``: for each B, rows run consecutive groups of B prompts as one batch
@@ -295,7 +295,7 @@ def run_bench(*, methods, ks, prompts: str, num_prompts: int, max_new_tokens: in
     run on. ``compile``: the fast engine fuses its steps with ``torch.compile`` before capturing them
     (rows' ``warmup_s`` then includes the compile); True or an inductor mode
     (:func:`peagle_lab.fast.graphs.compile_mode`). ``attention``: the fast engine's attention over the
-    target's cache, ``sdpa`` or ``triton`` (:class:`peagle_lab.fast.llama.StaticTarget`). ``time_budget_s``: start no new round of prompts
+    target's and drafter's caches, ``auto`` (triton on CUDA), ``sdpa`` or ``triton`` (:class:`peagle_lab.fast.llama.StaticTarget`). ``time_budget_s``: start no new round of prompts
     this long after the call began (loading and warm-up included; rows then report the prompts actually
     run; the first round always runs). ``hbm_bytes_per_s``: bandwidth for the memory floor (H200: 4.8 TB/s).
     """
@@ -326,9 +326,11 @@ def run_bench(*, methods, ks, prompts: str, num_prompts: int, max_new_tokens: in
               file=sys.stderr)
     if max_len is None:
         max_len = max(len(p) for p in prompt_ids) + max_new_tokens + max(ks, default=1) + 1
-    if attention != "sdpa" and engine != "fast":
+    if attention == "triton" and engine != "fast":
         raise SystemExit(f"--attention {attention} picks the fast engine's attention, but this bench runs the {engine} "
                          "engine: add --engine fast (or drop --attention)")
+    if engine == "fast":                                       # auto -> what runs here, recorded in the settings
+        attention = engine_attention(attention, target, next(iter(drafters.values()), None))
     runner = _Runner(target, drafters, engine, max_new_tokens, temperature, max_len, keep_going, compile, attention)
     runner.warm_up(rows, prompt_ids[: batch_sizes[-1]], seed)
     done = _bench_rounds(runner, rows, prompt_ids, math.lcm(*batch_sizes), seed, started=started,
@@ -348,7 +350,7 @@ def run_bench(*, methods, ks, prompts: str, num_prompts: int, max_new_tokens: in
 
 
 def floors(target: Target, drafters: dict, max_len: int, hbm_bytes_per_s: float = H200_HBM_BYTES_PER_S,
-           attention: str = "sdpa") -> dict:
+           attention: str = "auto") -> dict:
     """What a step cannot beat on this GPU: one empty graph launch, and reading the weights once."""
     weights = static_target(target, -(-max_len // 64) * 64, attention).weight_bytes   # the run's own (no extra cache)
     drafter_bytes = {m: module_weight_bytes(d, skip=("embed_tokens", "d2t", "t2d")) for m, d in drafters.items()}

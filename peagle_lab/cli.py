@@ -410,9 +410,9 @@ def add_bench_parser(sub) -> None:
                    help="fast engine: fuse each step with torch.compile before capturing it (fewer kernels a step; "
                         "the warm-up pays the compile, reported per row as warmup_s); MODE max-autotune-no-cudagraphs "
                         "also autotunes the matmuls (a longer compile)")
-    s.add_argument("--attention", default="sdpa", choices=["sdpa", "triton"],
-                   help="fast engine: the target's attention over its static cache -- sdpa (torch, masked over every "
-                        "slot) or triton (peagle_lab's split kernel, cost follows the live slots)")
+    s.add_argument("--attention", default="auto", choices=["auto", "sdpa", "triton"],
+                   help="fast engine: attention over the static caches -- auto (triton on CUDA, sdpa elsewhere), sdpa "
+                        "(torch, masked over every slot) or triton (peagle_lab's split kernel, cost follows the live slots)")
     s.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
                    help="target and drafter weights (float32 on CPUs without native bf16)")
     s.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",

@@ -88,6 +88,34 @@ def test_clear_errors():
                       attention="bogus")
 
 
+def test_auto_attention_picks_triton_on_cuda_only():
+    """attention="auto" (the default everywhere): the kernel on CUDA where every head dim fits it, SDPA on a CPU
+    (the kernel would run in Triton's interpreter) and for head dims the kernel refuses; explicit choices stay."""
+    from peagle_lab.fast.llama import resolve_attention
+    assert resolve_attention("auto", "cpu", (64,)) == "sdpa"
+    assert resolve_attention("auto", "cuda", (64, 32)) == "triton"
+    assert resolve_attention("auto", torch.device("cuda", 0), (64, 12)) == "sdpa"
+    assert resolve_attention("sdpa", "cuda", (64,)) == "sdpa" and resolve_attention("triton", "cpu") == "triton"
+    with pytest.raises(ValueError, match="'auto'"):
+        resolve_attention("flash", "cpu")
+    tiny = tiny_target(vocab=20, head_dim=16)
+    out = generate_fast(tiny, [1, 2, 3], method="ar", max_new_tokens=4, max_len=64, stop_at_eos=False)
+    from peagle_lab.fast import engine as fe
+    assert {key[-1] for key in fe._ENGINES[tiny]} == {"sdpa" if DEV.type == "cpu" else "triton"}
+    assert out.tokens == generate(tiny, [1, 2, 3], method="ar", max_new_tokens=4, stop_at_eos=False).tokens
+
+
+@cuda_only
+def test_prompt_pass_skips_cudnn_sdpa():
+    """The prompt's eager pass runs SDPA without cuDNN (a plan per new prompt length); steps keep every backend."""
+    from peagle_lab.fast.engine import prompt_sdpa
+    with prompt_sdpa(torch.device("cuda")):
+        assert not torch.backends.cuda.cudnn_sdp_enabled()
+        assert torch.backends.cuda.flash_sdp_enabled() and torch.backends.cuda.mem_efficient_sdp_enabled()
+    with prompt_sdpa(torch.device("cpu")):
+        pass
+
+
 def test_kernels_compile_for_hopper():
     """Without a GPU: both kernels, in the form the GPU runs (the combine's loop bounded by the live blocks),
     compile ahead of time for an H100/H200 (sm_90) with the ptxas Triton ships, so a kernel edit tested only
@@ -214,7 +242,7 @@ def test_bench_passes_attention_through(target, monkeypatch):
     kw = dict(methods=["ar"], ks=[2], prompts="mt-bench", num_prompts=1, max_new_tokens=2, target=target, progress=False)
     with pytest.raises(SystemExit, match="--engine fast"):
         bench.run_bench(engine="teaching", attention="triton", **kw)
-    with pytest.raises(SystemExit, match="choose 'sdpa'"):
+    with pytest.raises(SystemExit, match="choose 'auto'"):
         bench.run_bench(engine="fast", attention="flash", **kw)
 
     import importlib.util

@@ -20,6 +20,7 @@ Sampling (T > 0) is not on the fast path: it falls back to the teaching engine.
 """
 from __future__ import annotations
 
+import contextlib
 import time
 import weakref
 
@@ -32,13 +33,14 @@ from ..stats import AcceptanceStats
 from ..target import Target
 from .draft import StaticDrafterCache, draft_static
 from .graphs import StepGraph, compile_mode
-from .llama import StaticTarget, check_attention
+from .llama import StaticTarget, check_attention, resolve_attention
 
 _STATIC: "weakref.WeakKeyDictionary[Target, dict]" = weakref.WeakKeyDictionary()
 
 
-def static_target(target: Target, max_len: int, attention: str = "sdpa") -> StaticTarget:
+def static_target(target: Target, max_len: int, attention: str = "auto") -> StaticTarget:
     """One static target (weights shared, KV cache of ``max_len``) per target, length and attention."""
+    attention = resolve_attention(attention, target.device, (_head_dim(target),))
     table = _STATIC.setdefault(target, {})
     key = ("target", max_len, attention)
     if key not in table:
@@ -46,12 +48,37 @@ def static_target(target: Target, max_len: int, attention: str = "sdpa") -> Stat
     return table[key]
 
 
+def _head_dim(target: Target) -> int:
+    cfg = target.config
+    return int(getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads)
+
+
+def engine_attention(attention: str, target: Target, drafter: Eagle3Drafter | None) -> str:
+    """``attention`` for a (target, drafter) pair: ``"auto"`` resolved with both models' head dims."""
+    dims = (_head_dim(target),) + ((drafter.cfg.head_dim,) if drafter is not None else ())
+    return resolve_attention(attention, target.device, dims)
+
+
+@contextlib.contextmanager
+def prompt_sdpa(device: torch.device):
+    """SDPA for a prompt's pass without its cuDNN backend (on CUDA): cuDNN builds a plan for every new
+    prompt length, ~90 ms on the H200 (step_profile_h200_attention.json), against ~20 ms for the whole
+    eager pass through the flash / memory-efficient kernels. The captured steps keep every backend."""
+    if device.type != "cuda":
+        yield
+        return
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    with sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]):
+        yield
+
+
 class FastEngine:
     """Static buffers and captured steps for one (target, method, drafter, K, max_len)."""
 
     def __init__(self, target: Target, method: str, drafter: Eagle3Drafter | None, k: int, max_len: int,
-                 capture: bool = True, compile: bool | str = False, attention: str = "sdpa"):
+                 capture: bool = True, compile: bool | str = False, attention: str = "auto"):
         self.method, self.drafter, self.max_len = method, drafter, max_len
+        self.attention = attention = engine_attention(attention, target, drafter)
         self.k = k if method != "ar" else 0
         self.st = static_target(target, max_len, attention)
         dev = self.device = target.device
@@ -98,15 +125,16 @@ class FastEngine:
         """Eager: the prompt through the target (and the drafter's first pass); returns the first token."""
         prompt = torch.tensor(prompt_ids, device=self.device)
         T = prompt.shape[0]
-        logits, aux = self.st.forward(prompt, torch.arange(T, device=self.device), aux=self.drafter is not None)
-        self.bonus.copy_(logits[-1].argmax(-1, keepdim=True))
-        self.t_len.fill_(T)
-        if self.drafter is not None:                                        # slot j: features at j, token at j+1
-            self.d_len.zero_()
-            ctx_tok = torch.cat([prompt[1:], self.bonus])                   # (T,)
-            drafts = draft_static(self.drafter, self.dcache, ctx_tok, aux, torch.full_like(self.d_len, T),
-                                  self.d_len, self.k, parallel=self.method == "peagle")
-            self.drafts.copy_(drafts)
+        with prompt_sdpa(self.device):
+            logits, aux = self.st.forward(prompt, torch.arange(T, device=self.device), aux=self.drafter is not None)
+            self.bonus.copy_(logits[-1].argmax(-1, keepdim=True))
+            self.t_len.fill_(T)
+            if self.drafter is not None:                                    # slot j: features at j, token at j+1
+                self.d_len.zero_()
+                ctx_tok = torch.cat([prompt[1:], self.bonus])               # (T,)
+                drafts = draft_static(self.drafter, self.dcache, ctx_tok, aux, torch.full_like(self.d_len, T),
+                                      self.d_len, self.k, parallel=self.method == "peagle")
+                self.drafts.copy_(drafts)
         return int(self.bonus.item())
 
     # ----------------------------------------------------------------------------- the loop
@@ -161,8 +189,9 @@ _ENGINES: "weakref.WeakKeyDictionary[Target, dict]" = weakref.WeakKeyDictionary(
 
 
 def fast_engine(target: Target, method: str, drafter: Eagle3Drafter | None, k: int, max_len: int,
-                capture: bool = True, compile: bool | str = False, attention: str = "sdpa") -> FastEngine:
+                capture: bool = True, compile: bool | str = False, attention: str = "auto") -> FastEngine:
     """The engine for this configuration, built (its steps compiled and captured) on first use."""
+    attention = engine_attention(attention, target, drafter)
     table = _ENGINES.setdefault(target, {})
     key = (method, id(drafter), k if method != "ar" else 0, max_len, capture, compile_mode(compile), attention)
     if key not in table:                           # the engine holds the drafter, so id() stays unique
@@ -175,7 +204,7 @@ def fast_engine(target: Target, method: str, drafter: Eagle3Drafter | None, k: i
 def generate_fast(target: Target, prompt_ids: list[int], *, method: str = "peagle", drafter: Eagle3Drafter | None = None,
                   k: int = 5, max_new_tokens: int = 128, temperature: float = 0.0, top_p: float = 1.0,
                   seed: int | None = None, stop_at_eos: bool = True, max_len: int = 2048, capture: bool = True,
-                  time_split: bool = True, compile: bool | str = False, attention: str = "sdpa") -> SpecResult:
+                  time_split: bool = True, compile: bool | str = False, attention: str = "auto") -> SpecResult:
     """:func:`peagle_lab.engine.generate` over static caches and captured steps (greedy).
 
     ``max_len``: the static cache size, rounded up to a multiple of 64 (prompt + max_new_tokens + K + 1
@@ -183,8 +212,9 @@ def generate_fast(target: Target, prompt_ids: list[int], *, method: str = "peagl
     runs the same fixed-shape steps eagerly. ``compile=True`` fuses each step with ``torch.compile`` first
     (the first call per configuration pays the compile: ``stats["compile_s"]``); a string picks inductor's
     mode (``"max-autotune-no-cudagraphs"``: matmul autotuning and epilogue fusion, a longer compile).
-    ``attention``: the target's attention over its cache, ``"sdpa"`` or ``"triton"``
-    (:class:`~peagle_lab.fast.llama.StaticTarget`). ``temperature > 0`` falls back to the teaching engine.
+    ``attention``: the target's and the drafter's attention over their caches: ``"auto"`` (``"triton"`` on
+    CUDA, ``"sdpa"`` elsewhere), ``"sdpa"`` or ``"triton"`` (:class:`~peagle_lab.fast.llama.StaticTarget`).
+    A prompt's pass runs eagerly, SDPA without cuDNN on CUDA (:func:`prompt_sdpa`). ``temperature > 0`` falls back to the teaching engine.
     """
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
