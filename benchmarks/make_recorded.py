@@ -78,15 +78,20 @@ def gpu_speed() -> dict:
             "settings": r["settings"], "rows": [{k: row.get(k) for k in keep} for row in r["results"]],
             "floors": {run: v["floors"] for run, v in r["runs"].items() if "floors" in v},
             "transformers_static_cache_tokens_per_s": hf[0]["tokens_per_s"] if hf else None,
-            "compiled": fused_pairs(), "step_profile": step_profile()}
+            "compiled": fused_pairs(), "best": best_engine(), "step_profile": step_profile()}
 
 
 def step_profile() -> dict:
-    """Where a captured step's time goes (bf16, K=7): kernel time by family against the graph's replay time."""
-    r = _raw("step_profile_h200.json")
-    rows = []
+    """Where a captured step's time goes (bf16, K=5): kernel time by family against the graph's replay time, with
+    SDPA (plain, compiled) and with the Triton cache attention (compiled); the prompt's eager pass apart."""
+    r = _raw("step_profile_h200_attention.json")
+    rows, prompt = [], {}
     for row in r["rows"]:
         if "error" in row:
+            continue
+        if row["step"] == "prefill":                   # ~20 ms, eager: kept apart from the captured steps' chart
+            prompt[row["mode"]] = {k: row.get(k) for k in ("prompt_tokens", "replay_ms", "kernel_ms_per_step",
+                                                           "unseen_length_ms", "unseen_length_ms_without_cudnn_sdpa")}
             continue
         fam = row.get("by_family_corrected") or row["by_family"]
         att = sum(v["ms_per_step"] for f, v in fam.items() if f.startswith("attention"))
@@ -94,18 +99,33 @@ def step_profile() -> dict:
         rows.append({"mode": row["mode"], "method": row["method"], "step": row["step"],
                      "kernels": row["kernels_per_step"], "replay_ms": row["replay_ms"], "attention_ms": att,
                      "matmul_ms": mm, "other_ms": row["kernel_ms_per_step"] - att - mm})
-    return {"source": "benchmarks/results/step_profile_h200.json", "settings": r["settings"], "rows": rows}
+    return {"source": "benchmarks/results/step_profile_h200_attention.json", "settings": r["settings"], "rows": rows,
+            "prompt_pass": prompt}
+
+
+_SIDE = ("tokens_per_s", "decode_tokens_per_s", "prefill_ms_per_prompt", "acceptance_length", "identical_to_ar",
+         "step_split_ms")
 
 
 def fused_pairs() -> dict:
-    """The same steps fused by torch.compile (inductor's default mode) vs not, side by side (bf16, batch 1):
-    tokens/s and step split per side."""
-    r = _raw("fused_engine_h200.json")
-    side = ("tokens_per_s", "acceptance_length", "identical_to_ar", "step_split_ms")
-    return {"source": "benchmarks/results/fused_engine_h200.json", "settings": r["settings"],
-            "rows": [{"method": p["method"], "k": p["k"], "speedup": p["speedup"],
-                      "plain": {k: p["plain"][k] for k in side}, "compiled": {k: p["compiled"][k] for k in side}}
-                     for p in r["pairs"] if p.get("mode", "default") == "default" and p.get("speedup")]}
+    """The levers side by side in one run (bf16, batch 1, K=5): plain captured steps, the same fused by torch.compile,
+    and fused with the Triton cache attention."""
+    r = _raw("fused_engine_h200_attention_k5.json")
+    rows = {}
+    for x in r["results"]:
+        side = {"part_plain": "plain", "part_fused_k5": "compiled", "part_fused_triton_k5": "compiled+triton"}[x["part"]]
+        rows.setdefault((x["method"], x["k"]), {"method": x["method"], "k": x["k"]})[side] = {k: x.get(k) for k in _SIDE}
+    return {"source": "benchmarks/results/fused_engine_h200_attention_k5.json", "settings": r["settings"],
+            "sides": ["plain", "compiled", "compiled+triton"], "rows": list(rows.values())}
+
+
+def best_engine() -> dict:
+    """The fastest configuration measured (compiled steps, Triton cache attention, the prompt's pass without cuDNN)
+    beside the plain engine of the same run, K=3 and 7, bf16, batch 1."""
+    r = _raw("fused_engine_h200_best_k3k7.json")
+    return {"source": "benchmarks/results/fused_engine_h200_best_k3k7.json", "settings": r["settings"],
+            "rows": [dict({k: x.get(k) for k in _SIDE}, method=x["method"], k=x["k"],
+                          side="plain" if x["part"] == "part_plain" else "fast") for x in r["results"]]}
 
 
 def ablation() -> dict:

@@ -35,6 +35,16 @@ def tokens_per_s(al: float, step_time_ms: float) -> float:
     return 1000.0 * al / step_time_ms
 
 
+def acceptance_needed(tokens_per_s_goal: float, step_time_ms: float) -> float:
+    """The AL a method needs to reach ``tokens_per_s_goal`` at a step time of ``step_time_ms``
+    (:func:`tokens_per_s` solved for AL).
+
+    >>> round(acceptance_needed(1000.0, 1.5), 2)   # 1.5 ms a step: 1.5 tokens a step for 1,000 tok/s
+    1.5
+    """
+    return tokens_per_s_goal * step_time_ms / 1000.0
+
+
 def crossover_k(seq_pass_ms: float, par_pass_ms: float, verify_ms: float, al_seq: float = 1.0,
                 al_par: float | None = None, k_max: int = 16) -> int | None:
     """Smallest K in 1..k_max at which parallel drafting gives at least sequential's tokens/s.
