@@ -113,6 +113,7 @@ class _Runner:
     keep_going: bool = False
     compile: bool | str = False
     attention: str = "auto"
+    prompt_graphs: bool | None = None
 
     def fast(self, row: _Row) -> bool:
         """Rows the fast engine runs: batch 1, greedy (sampling stays on the teaching engine)."""
@@ -132,7 +133,7 @@ class _Runner:
             elif self.fast(row):
                 outs.append(generate_fast(target, ids, method=row.method, drafter=drafter, k=k, max_new_tokens=budget,
                                           temperature=temperature, seed=seed, max_len=self.max_len, compile=self.compile,
-                                          attention=self.attention))
+                                          attention=self.attention, prompt_graphs=self.prompt_graphs))
                 row.steps += len(outs[-1].tokens) if row.method == "ar" else len(outs[-1].steps)
             else:
                 outs.append(generate(target, ids, method=row.method, drafter=drafter, k=k, max_new_tokens=budget,
@@ -169,7 +170,8 @@ class _Runner:
         """Greedy AR output of ``{index: prompt}``, untimed (identical_to_ar needs it when no ar row ran);
         with keep_going a failure leaves ``{}`` (identical_to_ar stays null)."""
         gen = generate_fast if self.engine == "fast" else generate
-        kw = ({"max_len": self.max_len, "compile": self.compile, "attention": self.attention}
+        kw = ({"max_len": self.max_len, "compile": self.compile, "attention": self.attention,
+               "prompt_graphs": self.prompt_graphs}
               if self.engine == "fast" else {})
         try:
             return {i: gen(self.target, ids, method="ar", max_new_tokens=self.max_new_tokens, **kw).tokens
@@ -279,7 +281,7 @@ def run_bench(*, methods, ks, prompts: str, num_prompts: int, max_new_tokens: in
               batch_sizes=(1,), spread: bool = False, engine: str = "auto", device: str = "auto",
               dtype: str = "float32", max_len: int | None = None, keep_going: bool = False, compile: bool | str = False,
               time_budget_s: float | None = None, hbm_bytes_per_s: float = H200_HBM_BYTES_PER_S,
-              attention: str = "auto") -> dict:
+              attention: str = "auto", prompt_graphs: bool | None = None) -> dict:
     """Run the benchmark and return the JSON-ready result (``{"results": [...], ...}``).
 
     ``batch_sizes``: for each B, rows run consecutive groups of B prompts as one batch
@@ -295,7 +297,8 @@ def run_bench(*, methods, ks, prompts: str, num_prompts: int, max_new_tokens: in
     run on. ``compile``: the fast engine fuses its steps with ``torch.compile`` before capturing them
     (rows' ``warmup_s`` then includes the compile); True or an inductor mode
     (:func:`peagle_lab.fast.graphs.compile_mode`). ``attention``: the fast engine's attention over the
-    target's and drafter's caches, ``auto`` (triton on CUDA), ``sdpa`` or ``triton`` (:class:`peagle_lab.fast.llama.StaticTarget`). ``time_budget_s``: start no new round of prompts
+    target's and drafter's caches, ``auto`` (triton on CUDA), ``sdpa`` or ``triton`` (:class:`peagle_lab.fast.llama.StaticTarget`). ``prompt_graphs``: the fast engine's prompt pass in captured per-length-bucket graphs (default: on CUDA).
+    ``time_budget_s``: start no new round of prompts
     this long after the call began (loading and warm-up included; rows then report the prompts actually
     run; the first round always runs). ``hbm_bytes_per_s``: bandwidth for the memory floor (H200: 4.8 TB/s).
     """
@@ -331,7 +334,8 @@ def run_bench(*, methods, ks, prompts: str, num_prompts: int, max_new_tokens: in
                          "engine: add --engine fast (or drop --attention)")
     if engine == "fast":                                       # auto -> what runs here, recorded in the settings
         attention = engine_attention(attention, target, next(iter(drafters.values()), None))
-    runner = _Runner(target, drafters, engine, max_new_tokens, temperature, max_len, keep_going, compile, attention)
+    runner = _Runner(target, drafters, engine, max_new_tokens, temperature, max_len, keep_going, compile, attention,
+                     prompt_graphs)
     runner.warm_up(rows, prompt_ids[: batch_sizes[-1]], seed)
     done = _bench_rounds(runner, rows, prompt_ids, math.lcm(*batch_sizes), seed, started=started,
                          time_budget_s=time_budget_s, progress=progress)
@@ -342,7 +346,9 @@ def run_bench(*, methods, ks, prompts: str, num_prompts: int, max_new_tokens: in
                         "batch_size": batch_sizes, "engine": engine, "device": str(target.device),
                         "dtype": str(next(target.model.parameters()).dtype).removeprefix("torch."),
                         "max_len": max_len if engine == "fast" else None, "compile": (mode if engine == "fast" else None) or False,
-                        "attention": attention if engine == "fast" else None},
+                        "attention": attention if engine == "fast" else None,
+                        "prompt_graphs": (target.device.type == "cuda" if prompt_graphs is None else prompt_graphs)
+                        if engine == "fast" else None},
            "results": [_row_result(runner, row, done) for row in rows]}
     if engine == "fast" and target.device.type == "cuda":
         out["floors"] = floors(target, drafters, max_len, hbm_bytes_per_s, attention)

@@ -160,6 +160,47 @@ def test_fast_random_drafters_float64():
             assert out.acceptance.to_dict() == teach.acceptance.to_dict(), (method, k)
 
 
+@pytest.mark.parametrize("method", ["eagle", "peagle"])
+def test_bucketed_prompt_pass_equals_ar(target, mtbench_ids, ar_refs, shipped_drafters, method):
+    """The prompt's pass padded to its bucket (what CUDA captures per bucket; eager here): the same tokens as AR and
+    the teaching engine's acceptance, for a second prompt whose bucket still holds the first one's padding."""
+    from peagle_lab.fast.engine import PROMPT_BUCKET
+    for ids, ref in zip(mtbench_ids[:2], ar_refs):
+        assert len(ids) % PROMPT_BUCKET                                     # a padded tail to ignore
+        out = generate_fast(target, ids, method=method, drafter=shipped_drafters[method], k=3, max_new_tokens=NEW,
+                            max_len=MAX_LEN, prompt_graphs=True)
+        assert out.tokens == ref
+        teach = generate(target, ids, method=method, drafter=shipped_drafters[method], k=3, max_new_tokens=NEW)
+        assert out.acceptance.to_dict() == teach.acceptance.to_dict()
+    out = generate_fast(target, mtbench_ids[0], method="ar", max_new_tokens=NEW, max_len=MAX_LEN, prompt_graphs=True)
+    assert out.tokens == ar_refs[0]
+
+
+def test_bucketed_prompt_pass_at_bucket_edges():
+    """Prompts of 1, 63, 64 and 65 tokens (a bucket's edges), float64, random drafters: AR token for token, the
+    teaching engine's acceptance, each bucket's step built once and reused."""
+    from peagle_lab.fast import engine as fe
+    tiny = tiny_target(vocab=50, head_dim=8)
+    tiny.model.double()
+    g = torch.Generator().manual_seed(1)
+    drafters = {"eagle": random_drafter(tiny, parallel=False, num_layers=1, draft_vocab_size=20, seed=3).double(),
+                "peagle": random_drafter(tiny, parallel=True, num_layers=2, draft_vocab_size=20, seed=3).double()}
+    for n in (65, 1, 63, 64):
+        prompt = torch.randint(1, 50, (n,), generator=g).tolist()
+        ref = generate(tiny, prompt, method="ar", max_new_tokens=12, stop_at_eos=False).tokens
+        for method in ("ar", "eagle", "peagle"):
+            out = generate_fast(tiny, prompt, method=method, drafter=drafters.get(method), k=3, max_new_tokens=12,
+                                stop_at_eos=False, max_len=192, prompt_graphs=True)
+            assert out.tokens == ref, (n, method)
+            if method != "ar":
+                teach = generate(tiny, prompt, method=method, drafter=drafters[method], k=3, max_new_tokens=12,
+                                 stop_at_eos=False)
+                assert out.acceptance.to_dict() == teach.acceptance.to_dict(), (n, method)
+                assert [s.drafts for s in out.steps] == [s.drafts for s in teach.steps], (n, method)   # same drafts
+    engines = [e for key, e in fe._ENGINES[tiny].items() if e.prompt_graphs]
+    assert len(engines) == 3 and all(sorted(e._prompt_steps) == [64, 128] for e in engines)
+
+
 def test_memory_floor():
     assert memory_floor_ms(4.8e9) == pytest.approx(1.0)                    # 4.8 GB at 4.8 TB/s = 1 ms
 
@@ -171,7 +212,10 @@ def test_graph_replay_equals_eager(target, mtbench_ids, shipped_drafters, method
     graphed = generate_fast(target, mtbench_ids[0], **kw)
     eager = generate_fast(target, mtbench_ids[0], capture=False, **kw)
     assert graphed.stats["graphs"] is True, graphed.stats["graph_note"]
-    assert graphed.tokens == eager.tokens
+    assert graphed.tokens == eager.tokens                   # eager: capture=False, so the prompt's pass unpadded too
+    from peagle_lab.fast import engine as fe
+    bucketed = [e for e in fe._ENGINES[target].values() if e.prompt_graphs and e.method == method]
+    assert bucketed and all(g.captured for e in bucketed for g in e._prompt_steps.values())
     if method != "ar":
         assert graphed.acceptance.to_dict() == eager.acceptance.to_dict()
 

@@ -28,7 +28,8 @@ export KS=${KS:-3,5,7} METHODS=${METHODS:-ar,eagle,peagle} NUM_PROMPTS=${NUM_PRO
 export AR_CHECK=${AR_CHECK:-3}                    # prompts on which compiled and plain greedy AR are compared
 # variants to compare with plain (compile off, SDPA attention), each against the same plain phase: an inductor mode
 # (default, max-autotune-no-cudagraphs) or plain, with +triton for the Triton cache attention (--attention triton)
-# and/or +nocudnn for SDPA without its cuDNN backend (prompt pass and steps), e.g.
+# and/or +nocudnn for SDPA without its cuDNN backend (prompt pass and steps), +pgraph for the prompt's pass in
+# captured 64-token-bucket graphs (plain: eager, SDPA without cuDNN since 2026-12-02), e.g.
 # VARIANTS=plain+triton,plain+nocudnn,default+triton. COMPILE_MODES (older name) is read when VARIANTS is unset.
 VARIANTS=${VARIANTS:-${COMPILE_MODES:-default}}
 DTYPE=${DTYPE:-bfloat16}
@@ -74,6 +75,7 @@ for variant in "${MLIST[@]}"; do                  # one process per (variant, K)
       *) name=${mode%%-*}; flag=(--compile "$mode"); ;; esac
     case +$variant+ in *+triton+*) name=${name}_triton; flag+=(--attention triton); ;; esac
     case +$variant+ in *+nocudnn+*) name=${name}_nocudnn; flag+=(--no-cudnn-sdpa); ;; esac
+    case +$variant+ in *+pgraph+*) name=${name}_pgraph; flag+=(--prompt-graphs); ;; esac
     name=${name}_k$k
     KS=$k bench "$(left ${PHASE_S:-150} $((75 * (n_phases - j) + 10)))" "part_$name" "bench_$name" "${flag[@]}"
     parts+=("$OUT/part_$name.json")

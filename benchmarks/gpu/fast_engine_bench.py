@@ -45,8 +45,9 @@ def write(path: str, data: dict) -> None:
 def graphs_report(target) -> list[dict]:
     from peagle_lab.fast import engine as fe
     out = []
-    for (method, _, k, max_len, capture, compiled, attention), eng in fe._ENGINES.get(target, {}).items():
+    for (method, _, k, max_len, capture, compiled, *_, attention), eng in fe._ENGINES.get(target, {}).items():
         out.append({"method": method, "k": k, "max_len": max_len, "attention": attention,
+                    "prompt_graphs": sorted(eng._prompt_steps) if eng.prompt_graphs else None,
                     "verify_captured": eng.verify.captured,
                     "draft_captured": None if eng.draft is None else eng.draft.captured,
                     "compile": compiled, "verify_compiled": eng.verify.compiled,
@@ -56,7 +57,8 @@ def graphs_report(target) -> list[dict]:
     return out
 
 
-def ar_outputs(target, max_len: int, compile: bool | str, attention: str = "sdpa") -> list[list[int]]:
+def ar_outputs(target, max_len: int, compile: bool | str, attention: str = "sdpa",
+               prompt_graphs: bool = False) -> list[list[int]]:
     """Greedy AR tokens of the first $AR_CHECK prompts: `pair` compares compiled with plain. The fused
     kernels round differently (bf16), so a near-tie may flip and the two engines' greedy texts part."""
     from peagle_lab.fast import generate_fast
@@ -64,7 +66,7 @@ def ar_outputs(target, max_len: int, compile: bool | str, attention: str = "sdpa
 
     prompts = load_prompts("mt-bench", NUM_PROMPTS, spread=True)[:AR_CHECK]
     return [generate_fast(target, target.chat_ids(p), method="ar", max_new_tokens=MAX_NEW, max_len=max_len,
-                          compile=compile, attention=attention).tokens for p in prompts]
+                          compile=compile, attention=attention, prompt_graphs=prompt_graphs).tokens for p in prompts]
 
 
 def cmd_bench(args) -> dict:
@@ -76,18 +78,20 @@ def cmd_bench(args) -> dict:
         torch.backends.cuda.enable_cudnn_sdp(False)
     target = Target.load(None, dtype=DTYPES[args.dtype], device=DEVICE)
     tag = (f"{args.dtype}{' compiled' if args.compile else ''}{'' if args.compile in (True, False) else ' ' + args.compile}"
-           f"{' triton-attention' if args.attention == 'triton' else ''}{' no-cudnn-sdpa' if args.no_cudnn_sdpa else ''}")
+           f"{' triton-attention' if args.attention == 'triton' else ''}{' no-cudnn-sdpa' if args.no_cudnn_sdpa else ''}"
+           f"{' prompt-graphs' if args.prompt_graphs else ''}")
     print(f"[{tag}] target loaded in {time.time() - t0:.1f} s; {METHODS} K={KS}, {NUM_PROMPTS} prompts x {MAX_NEW} tokens",
           flush=True)
     result = run_bench(methods=METHODS, ks=KS, prompts="mt-bench", num_prompts=NUM_PROMPTS,
                        spread=True, max_new_tokens=MAX_NEW, target=target, engine="fast", keep_going=True, compile=args.compile,
-                       attention=args.attention,
+                       attention=args.attention, prompt_graphs=args.prompt_graphs,
                        time_budget_s=None if args.budget is None else args.budget - (time.time() - STARTED),
                        progress=True)
     result["graphs"] = graphs_report(target)
     result["settings"]["cudnn_sdpa"] = torch.backends.cuda.cudnn_sdp_enabled()
     if AR_CHECK:
-        result["ar_tokens"] = ar_outputs(target, result["settings"]["max_len"], args.compile, args.attention)
+        result["ar_tokens"] = ar_outputs(target, result["settings"]["max_len"], args.compile, args.attention,
+                                         args.prompt_graphs)
     result["wall_s"] = time.time() - t0
     for r in result["results"]:
         split = r.get("step_split_ms") or {}
@@ -215,7 +219,8 @@ def _mode(settings: dict) -> str:
     c = settings.get("compile")
     name = "plain" if not c else "default" if c is True else str(c)
     return (name + ("+triton" if settings.get("attention") == "triton" else "")
-            + ("+nocudnn" if settings.get("cudnn_sdpa") is False else ""))
+            + ("+nocudnn" if settings.get("cudnn_sdpa") is False else "")
+            + ("+pgraph" if settings.get("prompt_graphs") else ""))
 
 
 def _same_tokens(runs: list[dict], mode: str = "default") -> dict | None:
@@ -272,6 +277,9 @@ def main() -> None:
                          "max-autotune-no-cudagraphs)")
     ap.add_argument("--attention", default="sdpa", choices=["sdpa", "triton"],
                     help="bench: the fast engine's attention over the target's cache")
+    ap.add_argument("--prompt-graphs", action="store_true",
+                    help="bench: the prompt's pass padded to 64-token buckets, one captured graph per bucket (the "
+                         "engine's default on CUDA; off here so that plain stays the eager prompt pass)")
     ap.add_argument("--no-cudnn-sdpa", action="store_true",
                     help="bench: turn off SDPA's cuDNN backend (torch.backends.cuda.enable_cudnn_sdp(False))")
     ap.add_argument("--out", required=True)

@@ -133,7 +133,8 @@ def main() -> None:
     ap.add_argument("--out", required=True)
     ap.add_argument("--modes", default="plain,default",
                     help="comma list of plain, default, max-autotune-no-cudagraphs, each optionally +triton (the "
-                         "target's attention by peagle_lab's Triton kernel instead of SDPA) and/or +nocudnn (SDPA "
+                         "target's attention by peagle_lab's Triton kernel instead of SDPA), +pgraph (the prompt's pass "
+                         "in captured bucket graphs) and/or +nocudnn (SDPA "
                          "without its cuDNN backend), e.g. plain,plain+triton,plain+nocudnn")
     ap.add_argument("--k", type=int, default=7)
     ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
@@ -179,7 +180,7 @@ def main() -> None:
             try:
                 with torch.inference_mode():                              # as generate_fast builds its engines
                     eng = fast_engine(target, method, drafters.get(method), k, max_len, capture=True, compile=compile,
-                                      attention=attention)
+                                      attention=attention, prompt_graphs="pgraph" in extras)
                     step = {"verify": eng.verify, "draft": eng.draft, "prefill": _Prefill(eng, prompt)}[step_name]
                     row["build_s"] = time.time() - t0
                     if step_name == "prefill":

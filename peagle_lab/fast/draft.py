@@ -79,7 +79,7 @@ def draft_static(drafter: Eagle3Drafter, cache: StaticDrafterCache, ctx_tok: tor
     C = ctx_tok.shape[0]
     j = torch.arange(C, device=ctx_tok.device)
     ctx_pos = d_len + j                                                      # (C,)
-    ctx_write = torch.where(j < ctx_n, ctx_pos, cache.capacity + j)          # padding -> scratch
+    ctx_write = torch.where(j < ctx_n, ctx_pos, cache.capacity + j - ctx_n)  # padding -> scratch (C - ctx_n slots)
     last = ctx_n - 1                                                         # (1,) slot that predicts draft 1
     hidden = drafter.project(ctx_aux)                                        # (C, H)
     if parallel:

@@ -11,7 +11,9 @@ returns, token for token at T = 0 (the oracle tests check it). A step is
 Every buffer those steps touch is allocated up front, so on CUDA each of ``draft`` and ``verify``
 is captured once per (method, K) and replayed (:class:`~peagle_lab.fast.graphs.StepGraph`);
 rollback is the length counter ``t_len`` / ``d_len`` moving. AR is the same loop with K = 0 and no
-drafter (``verify`` of one token = decode). Prefill runs eagerly (its length varies).
+drafter (``verify`` of one token = decode). The prompt's pass is padded to a multiple of
+``PROMPT_BUCKET`` tokens and captured once per bucket on CUDA (``prompt_graphs``); it runs SDPA
+without cuDNN, which would build a plan for every new prompt length.
 
 ``compile=True`` fuses each step with ``torch.compile`` before it is captured (one compiled graph per
 fixed shape; :func:`~peagle_lab.fast.graphs.compile_step`): the same math in fewer kernels.
@@ -59,6 +61,9 @@ def engine_attention(attention: str, target: Target, drafter: Eagle3Drafter | No
     return resolve_attention(attention, target.device, dims)
 
 
+PROMPT_BUCKET = 64       # prompt lengths are padded to a multiple of this: one captured prompt graph per bucket
+
+
 @contextlib.contextmanager
 def prompt_sdpa(device: torch.device):
     """SDPA for a prompt's pass without its cuDNN backend (on CUDA): cuDNN builds a plan for every new
@@ -76,7 +81,8 @@ class FastEngine:
     """Static buffers and captured steps for one (target, method, drafter, K, max_len)."""
 
     def __init__(self, target: Target, method: str, drafter: Eagle3Drafter | None, k: int, max_len: int,
-                 capture: bool = True, compile: bool | str = False, attention: str = "auto"):
+                 capture: bool = True, compile: bool | str = False, attention: str = "auto",
+                 prompt_graphs: bool | None = None):
         self.method, self.drafter, self.max_len = method, drafter, max_len
         self.attention = attention = engine_attention(attention, target, drafter)
         self.k = k if method != "ar" else 0
@@ -89,6 +95,14 @@ class FastEngine:
         self.t_len = torch.zeros(1, **long)                # target cache length
         self.packed = torch.zeros(2 * K + 2, **long)       # host's view of a step: [n, choice (K+1), drafts (K)]
         self.arange = torch.arange(K + 1, **long)
+        # The prompt's pass in fixed-shape buckets (PROMPT_BUCKET-token multiples, the tail padded), one graph each,
+        # captured on first use: default on CUDA (capture on), where an eager pass is ~860 launches (~20 ms).
+        self.prompt_graphs = (capture and dev.type == "cuda") if prompt_graphs is None else bool(prompt_graphs)
+        self.p_ids = torch.zeros(max_len, **long)          # the prompt, padded to its bucket
+        self.p_len = torch.ones(1, **long)                 # its real length
+        self.p_arange = torch.arange(max_len, **long)
+        self._prompt_steps: dict[int, StepGraph] = {}
+        self._capture = capture
         if drafter is not None:
             H3 = len(target.aux_layer_ids) * target.hidden_size
             self.ctx_tok = torch.zeros(K + 1, **long)      # (K+1,) first ctx_n are real
@@ -96,7 +110,8 @@ class FastEngine:
             self.ctx_n = torch.ones(1, **long)
             self.d_len = torch.zeros(1, **long)
             # scratch for padding slots; slot counts kept multiples of 16 (aligned masks for fused attention)
-            self.dcache = StaticDrafterCache(drafter, max_len, scratch=-(-(K + 1) // 16) * 16, attention=attention)
+            pad = PROMPT_BUCKET if self.prompt_graphs else K + 1                # a bucket's padding or a step's
+            self.dcache = StaticDrafterCache(drafter, max_len, scratch=-(-pad // 16) * 16, attention=attention)
         self.verify = StepGraph(self._verify, dev, capture=capture, compile=compile)
         self.draft = StepGraph(self._draft, dev, capture=capture, compile=compile) if drafter is not None else None
         self.reason = self.verify.reason
@@ -121,8 +136,37 @@ class FastEngine:
             self.ctx_aux.copy_(aux)
             self.ctx_n.copy_(n + 1)
 
+    def _prompt_step(self, bucket: int) -> None:
+        """The prompt's pass at a fixed length: ``p_ids[:bucket]`` (the first ``p_len`` real, the rest
+        padding) through the target, the first token, and the drafter's first pass. Padded rows write
+        target cache slots past the prompt (stale: a later step overwrites a slot before any query sees
+        it) and drafter slots in its scratch region; only the last real row's logits are computed."""
+        ids, T = self.p_ids[:bucket], self.p_len
+        logits, aux = self.st.forward(ids, self.p_arange[:bucket], aux=self.drafter is not None, rows=T - 1)
+        self.bonus.copy_(logits[0].argmax(-1, keepdim=True))
+        self.t_len.copy_(T)
+        if self.drafter is not None:                                        # slot j: features at j, token at j+1
+            self.d_len.zero_()
+            ctx_tok = torch.where(self.p_arange[:bucket] == T - 1, self.bonus, ids.roll(-1))   # (bucket,)
+            drafts = draft_static(self.drafter, self.dcache, ctx_tok, aux, T, self.d_len, self.k,
+                                  parallel=self.method == "peagle")
+            self.drafts.copy_(drafts)
+
     def _prefill(self, prompt_ids: list[int]) -> int:
-        """Eager: the prompt through the target (and the drafter's first pass); returns the first token."""
+        """The prompt through the target (and the drafter's first pass); returns the first token. With
+        ``prompt_graphs`` a bucket's captured graph (:meth:`_prompt_step`), otherwise eager at the
+        prompt's own length."""
+        if self.prompt_graphs:
+            T = len(prompt_ids)
+            bucket = min(-(-T // PROMPT_BUCKET) * PROMPT_BUCKET, self.max_len)
+            self.p_ids[:T].copy_(torch.tensor(prompt_ids), non_blocking=False)
+            self.p_len.fill_(T)
+            with prompt_sdpa(self.device):                                  # a capture bakes the backend in
+                if bucket not in self._prompt_steps:
+                    self._prompt_steps[bucket] = StepGraph(lambda: self._prompt_step(bucket), self.device,
+                                                           capture=self._capture)
+                self._prompt_steps[bucket]()
+            return int(self.bonus.item())
         prompt = torch.tensor(prompt_ids, device=self.device)
         T = prompt.shape[0]
         with prompt_sdpa(self.device):
@@ -189,14 +233,18 @@ _ENGINES: "weakref.WeakKeyDictionary[Target, dict]" = weakref.WeakKeyDictionary(
 
 
 def fast_engine(target: Target, method: str, drafter: Eagle3Drafter | None, k: int, max_len: int,
-                capture: bool = True, compile: bool | str = False, attention: str = "auto") -> FastEngine:
+                capture: bool = True, compile: bool | str = False, attention: str = "auto",
+                prompt_graphs: bool | None = None) -> FastEngine:
     """The engine for this configuration, built (its steps compiled and captured) on first use."""
     attention = engine_attention(attention, target, drafter)
+    if prompt_graphs is None:
+        prompt_graphs = capture and target.device.type == "cuda"
     table = _ENGINES.setdefault(target, {})
-    key = (method, id(drafter), k if method != "ar" else 0, max_len, capture, compile_mode(compile), attention)
+    key = (method, id(drafter), k if method != "ar" else 0, max_len, capture, compile_mode(compile), prompt_graphs,
+           attention)
     if key not in table:                           # the engine holds the drafter, so id() stays unique
         table[key] = FastEngine(target, method, drafter, k, max_len, capture=capture, compile=compile,
-                                attention=attention)
+                                attention=attention, prompt_graphs=prompt_graphs)
     return table[key]
 
 
@@ -204,7 +252,8 @@ def fast_engine(target: Target, method: str, drafter: Eagle3Drafter | None, k: i
 def generate_fast(target: Target, prompt_ids: list[int], *, method: str = "peagle", drafter: Eagle3Drafter | None = None,
                   k: int = 5, max_new_tokens: int = 128, temperature: float = 0.0, top_p: float = 1.0,
                   seed: int | None = None, stop_at_eos: bool = True, max_len: int = 2048, capture: bool = True,
-                  time_split: bool = True, compile: bool | str = False, attention: str = "auto") -> SpecResult:
+                  time_split: bool = True, compile: bool | str = False, attention: str = "auto",
+                  prompt_graphs: bool | None = None) -> SpecResult:
     """:func:`peagle_lab.engine.generate` over static caches and captured steps (greedy).
 
     ``max_len``: the static cache size, rounded up to a multiple of 64 (prompt + max_new_tokens + K + 1
@@ -214,7 +263,9 @@ def generate_fast(target: Target, prompt_ids: list[int], *, method: str = "peagl
     mode (``"max-autotune-no-cudagraphs"``: matmul autotuning and epilogue fusion, a longer compile).
     ``attention``: the target's and the drafter's attention over their caches: ``"auto"`` (``"triton"`` on
     CUDA, ``"sdpa"`` elsewhere), ``"sdpa"`` or ``"triton"`` (:class:`~peagle_lab.fast.llama.StaticTarget`).
-    A prompt's pass runs eagerly, SDPA without cuDNN on CUDA (:func:`prompt_sdpa`). ``temperature > 0`` falls back to the teaching engine.
+    A prompt's pass runs SDPA without cuDNN on CUDA (:func:`prompt_sdpa`). ``prompt_graphs`` (default: on
+    CUDA with ``capture``) pads it to a multiple of ``PROMPT_BUCKET`` tokens and replays one captured graph
+    per bucket (the first prompt in a bucket captures it); ``False`` runs it eagerly at its own length. ``temperature > 0`` falls back to the teaching engine.
     """
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
@@ -242,5 +293,6 @@ def generate_fast(target: Target, prompt_ids: list[int], *, method: str = "peagl
     compile_mode(compile)                          # a bad mode fails here, before anything is built
     check_attention(attention)
     max_len = -(-int(max_len) // 64) * 64
-    engine = fast_engine(target, method, drafter if method != "ar" else None, k, max_len, capture, compile, attention)
+    engine = fast_engine(target, method, drafter if method != "ar" else None, k, max_len, capture, compile, attention,
+                         prompt_graphs)
     return engine.generate(prompt_ids, max_new_tokens, target.eos_token_ids if stop_at_eos else (), time_split)

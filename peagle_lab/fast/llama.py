@@ -144,8 +144,9 @@ class StaticTarget:
         gate, up = F.linear(x, self.gate_up[i]).split(self.inter, dim=-1)   # (1, T, I) each
         return F.linear(F.silu(gate) * up, mlp.down_proj.weight)
 
-    def forward(self, ids: torch.Tensor, positions: torch.Tensor, aux: bool = True):
-        """``ids (T,)`` at ``positions (T,)`` -> ``(logits (T, V) float32, aux (T, 3H) or None)``."""
+    def forward(self, ids: torch.Tensor, positions: torch.Tensor, aux: bool = True, rows: torch.Tensor | None = None):
+        """``ids (T,)`` at ``positions (T,)`` -> ``(logits (T, V) float32, aux (T, 3H) or None)``; with
+        ``rows (R,)`` (a device tensor of row indices) the logits of those rows only, ``(R, V)``."""
         x = F.embedding(ids, self.embed)[None]                              # (1, T, H)
         cos, sin = self.cos[positions][None, :, None], self.sin[positions][None, :, None]   # (1, T, 1, hd)
         mask = None
@@ -160,6 +161,8 @@ class StaticTarget:
             h = rms_norm(x, layer.input_layernorm.weight, self.eps)
             x = x + self._attention(i, layer.self_attn, h, cos, sin, positions, mask)
             x = x + self._mlp(i, layer.mlp, rms_norm(x, layer.post_attention_layernorm.weight, self.eps))
+        if rows is not None:                                                # a prompt's pass: its last row only
+            x = x.index_select(1, rows)                                     # (1, R, H)
         logits = F.linear(rms_norm(x, self.final_norm.weight, self.eps), self.head).float()   # (1, T, V)
         feats = torch.cat([taps[i] for i in self.aux_layer_ids], dim=-1)[0] if aux else None  # (T, 3H)
         return logits[0], feats
