@@ -120,11 +120,12 @@ def fused_section(path: Path, r: dict) -> list[str]:
                      f"{ms['host']} | {a['identical_to_ar']} / {b['identical_to_ar']} |")
     lines.append("")
     for mode in dict.fromkeys(p.get("mode", "default") for p in r["pairs"]):
-        sides = [p["compiled"] for p in r["pairs"] if p.get("mode", "default") == mode and p["compiled"]]
+        sides = [p["compiled"] for p in r["pairs"] if p.get("mode", "default") == mode and p["compiled"]
+                 and "not_comparable" not in p]                 # a budget-cut phase: its prompts differ
         best = {m: max((x for x in sides if x.get("acceptance_length") and p_method(r, x) == m),
                        key=lambda x: x["tokens_per_s"], default=None) for m in ("eagle", "peagle")}
         ar = next((x for p, x in ((p, p["compiled"]) for p in r["pairs"]) if x and p["method"] == "ar"
-                   and p.get("mode", "default") == mode), None)
+                   and p.get("mode", "default") == mode and "not_comparable" not in p), None)
         if best["eagle"] and best["peagle"] and ar:
             e, q = best["eagle"], best["peagle"]
             lines.append(f"- {mode}: AR {ar['tokens_per_s']:.0f} tokens/s; best P-EAGLE (K={_k(r, q)}) / best EAGLE-3 "
@@ -140,10 +141,13 @@ def fused_section(path: Path, r: dict) -> list[str]:
 
 
 def _fused_rows(r: dict, pair: dict, side: dict) -> tuple[dict, dict] | None:
-    """The raw result rows (plain, variant) behind a pair's two sides, for the fields pairs do not copy."""
-    rows = [x for x in r["results"] if x["method"] == pair["method"] and x["k"] == pair["k"]]
-    plain = next((x for x in rows if x.get("part") == "part_plain"), None)
-    variant = next((x for x in rows if x.get("part") != "part_plain" and x["tokens_per_s"] == side["tokens_per_s"]), None)
+    """The raw result rows (plain, variant) behind a pair's two sides, for the fields pairs do not copy: the first
+    row of the pair's method and K in a part of the pair's mode (as ``pair`` built them)."""
+    def first(mode):                               # rows carry their side's mode since 2026-12-02 (older: none)
+        return next((x for x in r["results"] if x["method"] == pair["method"] and x["k"] == pair["k"]
+                     and x.get("mode") == mode), None)
+
+    plain, variant = first("plain"), first(pair.get("mode", "default"))
     return (plain, variant) if plain and variant else None
 
 

@@ -35,8 +35,8 @@ from .batch_engine import generate_batch
 from .engine import StepTimes, generate
 from .fast import generate_fast
 from .fast.graphs import H200_HBM_BYTES_PER_S, compile_mode, launch_floor_us, memory_floor_ms, module_weight_bytes
-from .fast.llama import check_attention
-from .fast.engine import engine_attention, static_target
+from .fast.llama import check_attention, resolve_attention
+from .fast.engine import PROMPT_BUCKET, static_target, target_head_dim
 from .prompts import load_prompts
 from .stats import AcceptanceStats
 from .target import Target
@@ -114,6 +114,7 @@ class _Runner:
     compile: bool | str = False
     attention: str = "auto"
     prompt_graphs: bool | None = None
+    buckets: dict = field(default_factory=dict)     # one prompt per prompt-graph bucket, for the warm-up
 
     def fast(self, row: _Row) -> bool:
         """Rows the fast engine runs: batch 1, greedy (sampling stays on the teaching engine)."""
@@ -164,6 +165,8 @@ class _Runner:
         for row in rows:
             t0 = time.perf_counter()
             self.attempt(row, warm[: row.batch_size], seed, budget=min(self.max_new_tokens, 16))
+            if self.fast(row) and self.buckets:        # capture every prompt bucket the timed rounds will meet
+                self.attempt(row, list(self.buckets.values()), seed, budget=1)
             row.steps, row.warmup_s = 0, time.perf_counter() - t0
 
     def untimed_ar(self, prompts: dict[int, list[int]]) -> dict[int, list[int]]:
@@ -333,9 +336,12 @@ def run_bench(*, methods, ks, prompts: str, num_prompts: int, max_new_tokens: in
         raise SystemExit(f"--attention {attention} picks the fast engine's attention, but this bench runs the {engine} "
                          "engine: add --engine fast (or drop --attention)")
     if engine == "fast":                                       # auto -> what runs here, recorded in the settings
-        attention = engine_attention(attention, target, next(iter(drafters.values()), None))
+        attention = resolve_attention(attention, target.device, (target_head_dim(target),)
+                                      + tuple(d.cfg.head_dim for d in drafters.values()))
     runner = _Runner(target, drafters, engine, max_new_tokens, temperature, max_len, keep_going, compile, attention,
                      prompt_graphs)
+    if engine == "fast" and (target.device.type == "cuda" if prompt_graphs is None else prompt_graphs):
+        runner.buckets = {-(-len(ids) // PROMPT_BUCKET): ids for ids in prompt_ids}
     runner.warm_up(rows, prompt_ids[: batch_sizes[-1]], seed)
     done = _bench_rounds(runner, rows, prompt_ids, math.lcm(*batch_sizes), seed, started=started,
                          time_budget_s=time_budget_s, progress=progress)

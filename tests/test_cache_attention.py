@@ -88,13 +88,19 @@ def test_clear_errors():
                       attention="bogus")
 
 
-def test_auto_attention_picks_triton_on_cuda_only():
-    """attention="auto" (the default everywhere): the kernel on CUDA where every head dim fits it, SDPA on a CPU
-    (the kernel would run in Triton's interpreter) and for head dims the kernel refuses; explicit choices stay."""
+def test_auto_attention_picks_triton_on_cuda_only(monkeypatch):
+    """attention="auto" (the default everywhere): the kernel on a CUDA GPU of compute capability >= 8.0 where every
+    head dim fits it; SDPA on a CPU (the kernel would run in Triton's interpreter), on older GPUs (a T4) and for
+    head dims the kernel refuses; explicit choices stay."""
     from peagle_lab.fast.llama import resolve_attention
     assert resolve_attention("auto", "cpu", (64,)) == "sdpa"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))      # an H100 / H200
     assert resolve_attention("auto", "cuda", (64, 32)) == "triton"
     assert resolve_attention("auto", torch.device("cuda", 0), (64, 12)) == "sdpa"
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (7, 5))      # a T4
+    assert resolve_attention("auto", "cuda", (64,)) == "sdpa"
+    monkeypatch.undo()
     assert resolve_attention("sdpa", "cuda", (64,)) == "sdpa" and resolve_attention("triton", "cpu") == "triton"
     with pytest.raises(ValueError, match="'auto'"):
         resolve_attention("flash", "cpu")
@@ -114,6 +120,27 @@ def test_prompt_pass_skips_cudnn_sdpa():
         assert torch.backends.cuda.flash_sdp_enabled() and torch.backends.cuda.mem_efficient_sdp_enabled()
     with prompt_sdpa(torch.device("cpu")):
         pass
+
+
+def test_imports_without_triton():
+    """Without Triton (macOS, Windows, a CPU-only install) the fast engine and the bench still import and
+    attention="auto" resolves to SDPA; only attention="triton" asks for Triton, by name."""
+    import subprocess
+    import sys
+    code = ("import sys; sys.modules['triton'] = None; sys.modules['triton.language'] = None\n"
+            "import peagle_lab.fast, peagle_lab.bench\n"
+            "from peagle_lab.fast.llama import resolve_attention\n"
+            "from peagle_lab.kernels.cache_attention import cache_attention_triton\n"
+            "assert resolve_attention('auto', 'cuda', (64,)) == 'sdpa'\n"
+            "import torch\n"
+            "try:\n"
+            "    cache_attention_triton(torch.zeros(1, 1, 16), torch.zeros(1, 4, 16), torch.zeros(1, 4, 16), torch.zeros(1, dtype=torch.long))\n"
+            "except RuntimeError as err:\n"
+            "    assert 'pip install triton' in str(err), err\n"
+            "else:\n"
+            "    raise SystemExit('no error without Triton')\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
 
 
 def test_kernels_compile_for_hopper():

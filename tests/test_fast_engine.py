@@ -199,6 +199,10 @@ def test_bucketed_prompt_pass_at_bucket_edges():
                 assert [s.drafts for s in out.steps] == [s.drafts for s in teach.steps], (n, method)   # same drafts
     engines = [e for key, e in fe._ENGINES[tiny].items() if e.prompt_graphs]
     assert len(engines) == 3 and all(sorted(e._prompt_steps) == [64, 128] for e in engines)
+    # K past a bucket: the drafter's scratch holds a step's padding too
+    out = generate_fast(tiny, prompt, method="peagle", drafter=drafters["peagle"], k=70, max_new_tokens=12,
+                        stop_at_eos=False, max_len=192, prompt_graphs=True)
+    assert out.tokens == ref
 
 
 def test_memory_floor():

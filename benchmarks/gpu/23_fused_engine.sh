@@ -12,8 +12,9 @@
 #   5. PROFILE=1: benchmarks/gpu/step_profile.py for plain and every variant (kernels per step, by family).
 # Measured 2026-12-02 (results/fused_engine_h200.json): the first call on a machine compiles for 27-36 s per (method,
 # K) (fused_engine_h200_coldcache.json: the budget cut its compiled phases short); a second call reuses inductor's
-# disk cache. The step profile (results/step_profile_h200.json) then found SDPA's cuDNN kernel at ~17 us a layer,
-# 42% of the AR step: next run VARIANTS=plain+triton,default,default+triton KS=7 PROFILE=1.
+# disk cache. Then (results/fused_engine_h200_{attention_k7,attention_k5,best_k5,fp32,best_k3k7}.json, five calls in
+# one window): +triton and the prompt pass without cuDNN took AR to 845-856 tok/s (948 with max-autotune), best
+# P-EAGLE 1.02x best EAGLE-3; next run VARIANTS=default+triton,default+triton+pgraph (the captured prompt pass).
 # Every bench phase has a time budget: rows report the prompts actually run (the first prompt always runs).
 # Raw JSON: $OUT/fused_engine_h200.json (+ the per-phase parts and logs).
 # Needs the GGUF parked first (README.md: 06_park.sh with gguf.part-00, then -01; this call carries

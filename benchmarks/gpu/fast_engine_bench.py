@@ -248,7 +248,7 @@ def cmd_pair(args) -> dict:
             modes.append(mode)
         compiled = bool(data["settings"].get("compile"))           # (mode also names +triton / +nocudnn)
         for r in data["results"]:
-            merged["results"].append(dict(r, dtype=data["settings"]["dtype"], compile=compiled,
+            merged["results"].append(dict(r, dtype=data["settings"]["dtype"], compile=compiled, mode=mode,
                                           compile_mode=mode.split("+")[0] if compiled else None,
                                           attention=data["settings"].get("attention") or "sdpa", part=name))
             rows.setdefault((r["method"], r["k"]), {}).setdefault(mode, r)

@@ -106,23 +106,31 @@ def unseen_lengths(eng, prompt: list[int]) -> dict:
             out.append(1e3 * (time.perf_counter() - t1))
         return out
 
-    res = {"unseen_length_ms": timed((1, 2, 3))}
-    cudnn = torch.backends.cuda.cudnn_sdp_enabled()
-    torch.backends.cuda.enable_cudnn_sdp(False)
+    if eng.prompt_graphs:                           # one bucket holds every cut: nothing would be unseen
+        return {"unseen_length_note": "skipped: +pgraph pads every cut to one captured bucket"}
+    eng.prompt_skips_cudnn = False                  # the engine leaves cuDNN out of the prompt: here with it, then without
     try:
-        res["unseen_length_ms_without_cudnn_sdpa"] = timed((4, 5, 6))
+        res = {"unseen_length_ms": timed((1, 2, 3))}
+        cudnn = torch.backends.cuda.cudnn_sdp_enabled()
+        torch.backends.cuda.enable_cudnn_sdp(False)
+        try:
+            res["unseen_length_ms_without_cudnn_sdpa"] = timed((4, 5, 6))
+        finally:
+            torch.backends.cuda.enable_cudnn_sdp(cudnn)
     finally:
-        torch.backends.cuda.enable_cudnn_sdp(cudnn)
+        eng.prompt_skips_cudnn = True
     return res
 
 
 class _Prefill:
-    """The prompt's pass as a step: eager (its length varies), so ``fn`` is what runs and nothing is captured."""
+    """The prompt's pass as a step: eager at its own length, or with +pgraph the engine's captured bucket graph
+    (``fn`` replays it)."""
 
-    captured = compiled = False
+    compiled = False
 
     def __init__(self, eng, prompt):
         self.fn = lambda: eng._prefill(prompt)
+        self.captured = eng.prompt_graphs
 
     def __call__(self):
         self.fn()

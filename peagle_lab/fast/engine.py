@@ -42,7 +42,7 @@ _STATIC: "weakref.WeakKeyDictionary[Target, dict]" = weakref.WeakKeyDictionary()
 
 def static_target(target: Target, max_len: int, attention: str = "auto") -> StaticTarget:
     """One static target (weights shared, KV cache of ``max_len``) per target, length and attention."""
-    attention = resolve_attention(attention, target.device, (_head_dim(target),))
+    attention = resolve_attention(attention, target.device, (target_head_dim(target),))
     table = _STATIC.setdefault(target, {})
     key = ("target", max_len, attention)
     if key not in table:
@@ -50,14 +50,14 @@ def static_target(target: Target, max_len: int, attention: str = "auto") -> Stat
     return table[key]
 
 
-def _head_dim(target: Target) -> int:
+def target_head_dim(target: Target) -> int:
     cfg = target.config
     return int(getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads)
 
 
 def engine_attention(attention: str, target: Target, drafter: Eagle3Drafter | None) -> str:
     """``attention`` for a (target, drafter) pair: ``"auto"`` resolved with both models' head dims."""
-    dims = (_head_dim(target),) + ((drafter.cfg.head_dim,) if drafter is not None else ())
+    dims = (target_head_dim(target),) + ((drafter.cfg.head_dim,) if drafter is not None else ())
     return resolve_attention(attention, target.device, dims)
 
 
@@ -65,11 +65,11 @@ PROMPT_BUCKET = 64       # prompt lengths are padded to a multiple of this: one 
 
 
 @contextlib.contextmanager
-def prompt_sdpa(device: torch.device):
+def prompt_sdpa(device: torch.device, skip_cudnn: bool = True):
     """SDPA for a prompt's pass without its cuDNN backend (on CUDA): cuDNN builds a plan for every new
     prompt length, ~90 ms on the H200 (step_profile_h200_attention.json), against ~20 ms for the whole
     eager pass through the flash / memory-efficient kernels. The captured steps keep every backend."""
-    if device.type != "cuda":
+    if device.type != "cuda" or not skip_cudnn:
         yield
         return
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -102,6 +102,7 @@ class FastEngine:
         self.p_len = torch.ones(1, **long)                 # its real length
         self.p_arange = torch.arange(max_len, **long)
         self._prompt_steps: dict[int, StepGraph] = {}
+        self.prompt_skips_cudnn = True                     # prompt_sdpa; step_profile.py turns it off to time cuDNN
         self._capture = capture
         if drafter is not None:
             H3 = len(target.aux_layer_ids) * target.hidden_size
@@ -110,7 +111,7 @@ class FastEngine:
             self.ctx_n = torch.ones(1, **long)
             self.d_len = torch.zeros(1, **long)
             # scratch for padding slots; slot counts kept multiples of 16 (aligned masks for fused attention)
-            pad = PROMPT_BUCKET if self.prompt_graphs else K + 1                # a bucket's padding or a step's
+            pad = max(PROMPT_BUCKET if self.prompt_graphs else 0, K + 1)        # a bucket's padding, a step's
             self.dcache = StaticDrafterCache(drafter, max_len, scratch=-(-pad // 16) * 16, attention=attention)
         self.verify = StepGraph(self._verify, dev, capture=capture, compile=compile)
         self.draft = StepGraph(self._draft, dev, capture=capture, compile=compile) if drafter is not None else None
@@ -161,7 +162,7 @@ class FastEngine:
             bucket = min(-(-T // PROMPT_BUCKET) * PROMPT_BUCKET, self.max_len)
             self.p_ids[:T].copy_(torch.tensor(prompt_ids), non_blocking=False)
             self.p_len.fill_(T)
-            with prompt_sdpa(self.device):                                  # a capture bakes the backend in
+            with prompt_sdpa(self.device, self.prompt_skips_cudnn):         # a capture bakes the backend in
                 if bucket not in self._prompt_steps:
                     self._prompt_steps[bucket] = StepGraph(lambda: self._prompt_step(bucket), self.device,
                                                            capture=self._capture)
@@ -169,7 +170,7 @@ class FastEngine:
             return int(self.bonus.item())
         prompt = torch.tensor(prompt_ids, device=self.device)
         T = prompt.shape[0]
-        with prompt_sdpa(self.device):
+        with prompt_sdpa(self.device, self.prompt_skips_cudnn):
             logits, aux = self.st.forward(prompt, torch.arange(T, device=self.device), aux=self.drafter is not None)
             self.bonus.copy_(logits[-1].argmax(-1, keepdim=True))
             self.t_len.fill_(T)

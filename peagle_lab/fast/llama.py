@@ -40,7 +40,8 @@ def check_attention(attention: str) -> str:
 
 
 def resolve_attention(attention: str, device: torch.device | str, head_dims: tuple[int, ...] = ()) -> str:
-    """``"auto"`` -> ``"triton"`` on CUDA (Triton installed, every head dim a power of two >= 16), else
+    """``"auto"`` -> ``"triton"`` on a CUDA GPU of compute capability >= 8.0 (Triton installed, every head
+    dim a power of two >= 16), else
     ``"sdpa"``; an explicit choice comes back checked. On the H200 the Triton kernel made a compiled
     SmolLM2-135M decode step 1.2x faster than cuDNN's SDPA over the whole cache (benchmarks/RESULTS.md);
     on a CPU it would run in Triton's interpreter, so SDPA is the CPU's choice."""
@@ -48,8 +49,11 @@ def resolve_attention(attention: str, device: torch.device | str, head_dims: tup
     if attention != "auto":
         return attention
     from ..kernels.triton_kernel import triton
+    device = torch.device(device)
     fits = all(hd >= 16 and not hd & (hd - 1) for hd in head_dims)
-    return "triton" if torch.device(device).type == "cuda" and triton is not None and fits else "sdpa"
+    # Triton supports GPUs from compute capability 8.0 (A100, L4, H100/H200); a T4 (7.5) keeps SDPA
+    modern = device.type == "cuda" and torch.cuda.is_available() and torch.cuda.get_device_capability(device) >= (8, 0)
+    return "triton" if modern and triton is not None and fits else "sdpa"
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:

@@ -18,6 +18,7 @@ The positions come from a device tensor, so the call has fixed shapes and fits i
 graph. :func:`cache_attention_torch` is the reference (SDPA with the same mask); on CPU the Triton
 path runs in Triton's interpreter, which is what the tests use.
 """
+from __future__ import annotations  # annotations stay text: no Triton needed to import, and its interpreter reads them
 
 import functools
 
