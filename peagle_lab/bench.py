@@ -114,7 +114,6 @@ class _Runner:
     compile: bool | str = False
     attention: str = "auto"
     prompt_graphs: bool | None = None
-    buckets: dict = field(default_factory=dict)     # one prompt per prompt-graph bucket, for the warm-up
 
     def fast(self, row: _Row) -> bool:
         """Rows the fast engine runs: batch 1, greedy (sampling stays on the teaching engine)."""
@@ -158,15 +157,18 @@ class _Runner:
             print(f"bench: {row.method} k={row.k} failed: {row.error}", file=sys.stderr)
             return None
 
-    def warm_up(self, rows: list[_Row], prompts: list[list[int]], seed: int) -> None:
-        """One short generation (or batch) per configuration, discarded (it compiles and captures the fast
-        engine's steps; ``row.warmup_s`` keeps how long that took)."""
-        warm = [ids[:64] for ids in prompts]
+    def warm_up(self, rows: list[_Row], prompts: list[list[int]], batch: int, seed: int) -> None:
+        """One short generation (or batch of the first ``batch`` prompts) per configuration, discarded (it compiles
+        and captures the fast engine's steps; ``row.warmup_s`` keeps how long that took); with prompt graphs,
+        one token from a prompt of every bucket the run will meet (each bucket's graph is captured here)."""
+        warm = [ids[:64] for ids in prompts[:batch]]
+        graphs = self.target.device.type == "cuda" if self.prompt_graphs is None else self.prompt_graphs
+        buckets = list({-(-len(ids) // PROMPT_BUCKET): ids for ids in prompts}.values()) if graphs else []
         for row in rows:
             t0 = time.perf_counter()
             self.attempt(row, warm[: row.batch_size], seed, budget=min(self.max_new_tokens, 16))
-            if self.fast(row) and self.buckets:        # capture every prompt bucket the timed rounds will meet
-                self.attempt(row, list(self.buckets.values()), seed, budget=1)
+            if self.fast(row) and buckets:
+                self.attempt(row, buckets, seed, budget=1)
             row.steps, row.warmup_s = 0, time.perf_counter() - t0
 
     def untimed_ar(self, prompts: dict[int, list[int]]) -> dict[int, list[int]]:
@@ -340,9 +342,7 @@ def run_bench(*, methods, ks, prompts: str, num_prompts: int, max_new_tokens: in
                                       + tuple(d.cfg.head_dim for d in drafters.values()))
     runner = _Runner(target, drafters, engine, max_new_tokens, temperature, max_len, keep_going, compile, attention,
                      prompt_graphs)
-    if engine == "fast" and (target.device.type == "cuda" if prompt_graphs is None else prompt_graphs):
-        runner.buckets = {-(-len(ids) // PROMPT_BUCKET): ids for ids in prompt_ids}
-    runner.warm_up(rows, prompt_ids[: batch_sizes[-1]], seed)
+    runner.warm_up(rows, prompt_ids, batch_sizes[-1], seed)
     done = _bench_rounds(runner, rows, prompt_ids, math.lcm(*batch_sizes), seed, started=started,
                          time_budget_s=time_budget_s, progress=progress)
     out = {"date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
