@@ -120,12 +120,21 @@ def fused_pairs() -> dict:
 
 
 def best_engine() -> dict:
-    """The fastest configuration measured (compiled steps, Triton cache attention, the prompt's pass without cuDNN)
-    beside the plain engine of the same run, K=3 and 7, bf16, batch 1."""
-    r = _raw("fused_engine_h200_best_k3k7.json")
-    return {"source": "benchmarks/results/fused_engine_h200_best_k3k7.json", "settings": r["settings"],
+    """The fastest configuration measured with the default compile (compiled steps, Triton cache attention, the
+    prompt's pass in captured 64-token buckets) beside the plain engine of the same run, K=3 and 7, bf16, batch 1;
+    and the same with inductor's max-autotune mode (K=5 and 7, one call each, each beside its own plain AR)."""
+    name = "fused_engine_h200_pgraph_k3k7.json"
+    r = _raw(name)
+    keep = [x for x in r["results"] if x["part"] == "part_plain" or x["part"].endswith(("pgraph_k3", "pgraph_k7"))]
+    auto = []
+    for f in ("fused_engine_h200_pgraph_max_k5.json", "fused_engine_h200_pgraph_max_k7.json"):
+        for x in _raw(f)["results"]:
+            auto.append(dict({k: x.get(k) for k in _SIDE}, method=x["method"], k=x["k"], source=f"benchmarks/results/{f}",
+                             side="plain" if x["part"] == "part_plain" else "max-autotune", warmup_s=x.get("warmup_s")))
+    return {"source": f"benchmarks/results/{name}", "settings": r["settings"],
             "rows": [dict({k: x.get(k) for k in _SIDE}, method=x["method"], k=x["k"],
-                          side="plain" if x["part"] == "part_plain" else "fast") for x in r["results"]]}
+                          side="plain" if x["part"] == "part_plain" else "fast") for x in keep],
+            "max_autotune": auto}
 
 
 def ablation() -> dict:

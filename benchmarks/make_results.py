@@ -458,8 +458,12 @@ TOPICS = [
      {"vllm_cpu_sweep_drafters_run1.json": "", "vllm_cpu_sweep_drafters_run2.json": "",
       "vllm_cpu_sweep_drafters_run3.json": "", "vllm_cpu_sweep_drafters_run4.json": ""}, []),
     ("Fast GPU engine (static caches, CUDA graphs, fused steps)", "fast-engine.md",
-     {"fused_engine_h200_best_k3k7.json": "the fastest configuration (compiled steps, Triton attention, prompt pass "
-                                           "without cuDNN) at K=3 and 7, bf16, batch 1",
+     {"fused_engine_h200_pgraph_k3k7.json": "the fastest default configuration (compiled steps, Triton attention, the "
+                                             "prompt's pass in captured buckets) at K=3 and 7, bf16, batch 1",
+      "fused_engine_h200_pgraph_max_k5.json": "the same with inductor's max-autotune mode, K=5: AR over 1,000 tokens/s",
+      "fused_engine_h200_pgraph_max_k7.json": "the same with max-autotune, K=7",
+      "fused_engine_h200_pgraph_fp32.json": "float32 with the prompt graphs: the lossless oracle on CUDA",
+      "fused_engine_h200_best_k3k7.json": "compiled steps, Triton attention, prompt pass eager without cuDNN, K=3 and 7",
       "fused_engine_h200_best_k5.json": "the same at K=5, and with inductor's max-autotune mode",
       "fused_engine_h200_fp32.json": "float32: the lossless oracle on CUDA with the Triton attention, plain and compiled",
       "fused_engine_h200_attention_k5.json": "compiled steps with SDPA vs with the Triton cache attention, K=5",
@@ -468,7 +472,10 @@ TOPICS = [
       "fast_engine_h200.json": "AR, EAGLE-3 and P-EAGLE at K=1..8, bf16 and fp32, batch 1, with the step's time split",
       "fused_engine_cpu.json": "the fusion lever on a 2-core CPU"},
      {"fused_engine_h200.json": "", "step_profile_h200.json": "", "fused_engine_h200_coldcache.json": ""},
-     ["fast_engine_tests_h200.log", "fused_engine_tests_h200.log", "logs/fused_engine_tests_h200_attention_call1.log",
+     ["fast_engine_tests_h200.log", "fused_engine_tests_h200.log", "logs/gpu_fast_engine_tests_h200_pgraph.log",
+      "logs/fused_engine_tests_h200_pgraph_call1.log"]
+     + [f"logs/fused_engine_h200_pgraph_{c}.log" for c in ("k3k7", "max_k5", "max_k7", "fp32")]
+     + ["logs/fused_engine_tests_h200_attention_call1.log",
       "logs/fused_engine_tests_h200_attention_call5.log", "logs/step_profile_h200_attention.log",
       "logs/step_profile_h200.log", "logs/step_profile_h200_maxautotune.log"]
      + [f"logs/fused_engine_h200_attention_call_{c}.log" for c in "abcde"]),

@@ -105,6 +105,7 @@ def test_auto_attention_picks_triton_on_cuda_only(monkeypatch):
     with pytest.raises(ValueError, match="'auto'"):
         resolve_attention("flash", "cpu")
     tiny = tiny_target(vocab=20, head_dim=16)
+    tiny.model.to(DEV)                                           # the engine resolves "auto" on the target's device
     out = generate_fast(tiny, [1, 2, 3], method="ar", max_new_tokens=4, max_len=64, stop_at_eos=False)
     from peagle_lab.fast import engine as fe
     assert {key[-1] for key in fe._ENGINES[tiny]} == {"sdpa" if DEV.type == "cpu" else "triton"}
@@ -278,7 +279,8 @@ def test_bench_passes_attention_through(target, monkeypatch):
     spec = importlib.util.spec_from_file_location("fast_engine_bench", path)
     feb = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(feb)
-    assert feb._mode(out["settings"]) == "plain+triton"
+    # prompt graphs are on by default on CUDA (captured steps), off on the CPU
+    assert feb._mode(out["settings"]) == ("plain+triton" if target.device.type == "cpu" else "plain+triton+pgraph")
     assert feb._mode({"compile": True, "attention": "triton"}) == "default+triton"
     assert feb._mode({"compile": False, "attention": "sdpa"}) == "plain"
     assert feb._mode({"compile": False, "attention": "triton", "cudnn_sdpa": False}) == "plain+triton+nocudnn"

@@ -8,6 +8,9 @@ export PEAGLE_GGUF=/tmp/pk/SmolLM2-135M-Instruct.Q4_1.gguf PEAGLE_CACHE=/tmp/pk/
 bash benchmarks/gpu/install_wheels.sh
 [ -f "$PEAGLE_GGUF" ] || cat /tmp/pk/gguf.part-00 /tmp/pk/gguf.part-01 parts/gguf.part-02 > "$PEAGLE_GGUF"
 python -c "from peagle_lab.assets import resolve_target; print(resolve_target(None))" 2>&1 | tail -n 1
-PEAGLE_TEST_DEVICE=cuda timeout 150 python -m pytest -q -p no:cacheprovider tests/test_engine.py tests/test_batch_engine.py \
-  > "$OUT/gpu_engine_tests.log" 2>&1; tail -n 12 "$OUT/gpu_engine_tests.log"
+# TESTS / TESTS_S pick other files and a limit (2026-12-02, 14th session: the fast engine's suite with prompt graphs,
+# TESTS="tests/test_fast_engine.py tests/test_cache_attention.py").
+PEAGLE_TEST_DEVICE=cuda timeout ${TESTS_S:-150} python -m pytest -q -p no:cacheprovider --durations=8 \
+  ${TESTS:-tests/test_engine.py tests/test_batch_engine.py} > "$OUT/gpu_engine_tests.log" 2>&1
+tail -n 20 "$OUT/gpu_engine_tests.log"
 echo "done at ${SECONDS} s"
