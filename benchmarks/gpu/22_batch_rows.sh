@@ -14,6 +14,8 @@
 # K = 7 as a second call on the same warm machine (the target stays converted in /tmp/pk/cache):
 #   RUN_TESTS=0 KS=7 OUT=$OUT/k7 bash benchmarks/gpu/22_batch_rows.sh      (expected: ~20 s + ~60-110 s per batch size)
 # Quicker: BATCH_SIZES="1 8 32" MAX_NEW=128 TOTAL_S=300 bash benchmarks/gpu/22_batch_rows.sh
+# COMPILE=default (or max-autotune-no-cudagraphs) fuses the batch-1 row's steps (the fast engine; B > 1 rows run the
+# batched teaching engine, which has no compiled path).
 # Plumbing dry run on a CPU: DEVICE=cpu RUN_TESTS=0 KS=2 BATCH_SIZES="1 2" NUM_PROMPTS=2 MAX_NEW=4 OUT=/tmp/o bash ...
 set -uo pipefail
 export PEAGLE_GGUF=${PEAGLE_GGUF:-/tmp/pk/SmolLM2-135M-Instruct.Q4_1.gguf} PEAGLE_CACHE=${PEAGLE_CACHE:-/tmp/pk/cache}
@@ -21,7 +23,7 @@ export PYTHONPATH=. PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 KS=${KS:-3} BATCH_SIZES=${BATCH_SIZES:-1 8 32 64} NUM_PROMPTS=${NUM_PROMPTS:-12} MAX_NEW=${MAX_NEW:-256}
 DTYPE=${DTYPE:-float32} DEVICE=${DEVICE:-cuda} TOTAL_S=${TOTAL_S:-540}
 OUT=${OUT:-/tmp/batch_rows_out}; mkdir -p "$OUT"
-COMMAND="KS=$KS BATCH_SIZES=\"$BATCH_SIZES\" NUM_PROMPTS=$NUM_PROMPTS MAX_NEW=$MAX_NEW DTYPE=$DTYPE TOTAL_S=$TOTAL_S bash benchmarks/gpu/22_batch_rows.sh"
+COMMAND="COMPILE=${COMPILE:-} KS=$KS BATCH_SIZES=\"$BATCH_SIZES\" NUM_PROMPTS=$NUM_PROMPTS MAX_NEW=$MAX_NEW DTYPE=$DTYPE TOTAL_S=$TOTAL_S bash benchmarks/gpu/22_batch_rows.sh"
 
 # seconds for a phase: at most CAP, leaving RESERVE for the phases after it
 left() { local cap=$1 l=$((TOTAL_S - SECONDS - $2)); [ "$l" -lt "$cap" ] && echo $((l > 5 ? l : 5)) || echo "$cap"; }
@@ -47,8 +49,9 @@ while [ $# -gt 0 ]; do
   B=$1; shift
   n=$(( B == 1 ? NUM_PROMPTS : (NUM_PROMPTS + B - 1) / B * B ))
   T=$(left 160 $(( 75 * $# + 10 )))                 # leave 75 s for each batch size still to come, 10 s for the merge
+  fuse=(); [ "$B" = 1 ] && [ -n "${COMPILE:-}" ] && fuse=(--compile "$COMPILE")   # the fast engine (B = 1) only
   timeout "$T" python -m peagle_lab bench --device "$DEVICE" --dtype "$DTYPE" --methods ar,eagle,peagle --k "$KS" \
-    --prompts mt-bench --num-prompts "$n" --spread --max-new-tokens "$MAX_NEW" --batch-size "$B" \
+    --prompts mt-bench --num-prompts "$n" --spread --max-new-tokens "$MAX_NEW" --batch-size "$B" "${fuse[@]}" \
     --time-budget $((T - 30)) --json "$OUT/batch_rows_b$B.json" > "$OUT/batch_rows_b$B.log" 2>&1
   echo "== batch $B: $n prompts (rc $?, limit $T s) done at ${SECONDS} s"
   parts+=("$OUT/batch_rows_b$B.json")
