@@ -104,7 +104,7 @@ def step_profile() -> dict:
 
 
 _SIDE = ("tokens_per_s", "decode_tokens_per_s", "prefill_ms_per_prompt", "acceptance_length", "identical_to_ar",
-         "step_split_ms")
+         "step_split_ms", "num_prompts")
 
 
 def fused_pairs() -> dict:

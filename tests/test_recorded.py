@@ -38,6 +38,17 @@ def test_every_recorded_file_loads_and_is_generated(name):
     assert (ROOT / "peagle_lab" / "recorded" / f"{name}.json").stat().st_size < 64_000, "keep recorded files small"
 
 
+def test_gpu_speed_compares_like_with_like():
+    """The fastest-configuration rows notebook 02 divides by one another all ran the same prompts (a phase cut short by
+    its time budget would skew a ratio), and every max-autotune row has its own call's plain AR beside it."""
+    best = recorded.load("gpu_speed")["best"]
+    counts = {r["num_prompts"] for r in best["rows"] + best["max_autotune"]}
+    assert counts == {best["settings"]["num_prompts"]}, counts
+    assert {r["side"] for r in best["rows"]} == {"plain", "fast"}
+    for r in best["max_autotune"]:
+        assert any(p["source"] == r["source"] and p["side"] == "plain" and p["method"] == "ar" for p in best["max_autotune"])
+
+
 def test_unknown_name_lists_the_shipped_ones():
     with pytest.raises(KeyError, match="kernel_timings"):
         recorded.load("no_such_result")
