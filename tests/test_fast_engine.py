@@ -225,6 +225,22 @@ def test_graph_replay_equals_eager(target, mtbench_ids, shipped_drafters, method
 
 
 @cuda_only
+def test_prompt_buckets_share_one_pool(target, mtbench_ids, shipped_drafters):
+    """Every bucket's graph of an engine is captured into one memory pool; a bucket replayed after a larger bucket's
+    capture (which may reuse the same memory for its temporaries) still gives the eager engine's tokens."""
+    from peagle_lab.fast import engine as fe
+    ids = [tok for p in mtbench_ids for tok in p]
+    short, long = ids[:40], ids[:150]                                       # buckets of 64 and 192 tokens
+    kw = dict(method="peagle", drafter=shipped_drafters["peagle"], k=4, max_new_tokens=NEW, max_len=MAX_LEN)
+    for prompt in (short, long, short):
+        assert generate_fast(target, prompt, **kw).tokens == generate_fast(target, prompt, capture=False, **kw).tokens
+    engine = fe.fast_engine(target, "peagle", shipped_drafters["peagle"], 4, MAX_LEN)     # the one generate_fast used
+    assert engine.prompt_graphs and sorted(engine._prompt_steps) == [64, 192]
+    assert all(g.captured for g in engine._prompt_steps.values())
+    assert len({g.graph.pool() for g in engine._prompt_steps.values()}) == 1
+
+
+@cuda_only
 def test_launch_floor_measured():
     from peagle_lab.fast import launch_floor_us
     assert 0 < launch_floor_us(reps=200) < 1000

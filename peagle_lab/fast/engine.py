@@ -102,6 +102,10 @@ class FastEngine:
         self.p_len = torch.ones(1, **long)                 # its real length
         self.p_arange = torch.arange(max_len, **long)
         self._prompt_steps: dict[int, StepGraph] = {}
+        # One memory pool for every bucket's graph: a bucket's temporaries die inside its pass (results go to the
+        # static buffers), and the passes never overlap, so all buckets can reuse the largest one's memory.
+        shared = self.prompt_graphs and capture and dev.type == "cuda"
+        self._prompt_pool = torch.cuda.graph_pool_handle() if shared else None
         self.prompt_skips_cudnn = True                     # prompt_sdpa; step_profile.py turns it off to time cuDNN
         self._capture = capture
         if drafter is not None:
@@ -165,7 +169,7 @@ class FastEngine:
             with prompt_sdpa(self.device, self.prompt_skips_cudnn):         # a capture bakes the backend in
                 if bucket not in self._prompt_steps:
                     self._prompt_steps[bucket] = StepGraph(lambda: self._prompt_step(bucket), self.device,
-                                                           capture=self._capture)
+                                                           capture=self._capture, pool=self._prompt_pool)
                 self._prompt_steps[bucket]()
             return int(self.bonus.item())
         prompt = torch.tensor(prompt_ids, device=self.device)

@@ -82,10 +82,13 @@ class StepGraph:
     """``fn()`` captured once as a CUDA graph and replayed; eager off CUDA (``reason`` says why).
 
     ``compile``: run ``fn`` through :func:`compile_step` first (``compiled``, ``compile_s``); True or an
-    inductor mode (:func:`compile_mode`)."""
+    inductor mode (:func:`compile_mode`). ``pool``: a memory-pool token (``torch.cuda.graph_pool_handle()``)
+    shared with other graphs that never run at the same time and keep no tensor alive in the pool (every
+    result written into buffers allocated outside it): their temporaries then reuse one region instead of
+    each graph holding its own."""
 
     def __init__(self, fn: Callable[[], None], device: torch.device, *, capture: bool = True, warmup: int = 2,
-                 compile: bool | str = False):
+                 compile: bool | str = False, pool=None):
         self.graph, self.reason, self.compiled, self.compile_s = None, None, False, 0.0
         mode = compile_mode(compile)
         if mode is not None:
@@ -105,7 +108,7 @@ class StepGraph:
                         fn()
                 torch.cuda.current_stream(device).wait_stream(side)
                 graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph):
+                with torch.cuda.graph(graph, pool=pool):
                     fn()
                 self.graph = graph
             except Exception as err:  # noqa: BLE001 -- any capture failure falls back to eager, loudly
