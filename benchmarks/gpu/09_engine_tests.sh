@@ -9,7 +9,8 @@ bash benchmarks/gpu/install_wheels.sh
 [ -f "$PEAGLE_GGUF" ] || cat /tmp/pk/gguf.part-00 /tmp/pk/gguf.part-01 parts/gguf.part-02 > "$PEAGLE_GGUF"
 python -c "from peagle_lab.assets import resolve_target; print(resolve_target(None))" 2>&1 | tail -n 1
 # TESTS / TESTS_S pick other files and a limit (2026-12-02, 14th session: the fast engine's suite with prompt graphs,
-# TESTS="tests/test_fast_engine.py tests/test_cache_attention.py").
+# TESTS="tests/test_fast_engine.py tests/test_cache_attention.py::test_auto_attention_picks_triton_on_cuda_only
+# tests/test_cache_attention.py::test_bench_passes_attention_through" TESTS_S=185).
 PEAGLE_TEST_DEVICE=cuda timeout ${TESTS_S:-150} python -m pytest -q -p no:cacheprovider --durations=8 \
   ${TESTS:-tests/test_engine.py tests/test_batch_engine.py} > "$OUT/gpu_engine_tests.log" 2>&1
 tail -n 20 "$OUT/gpu_engine_tests.log"

@@ -102,8 +102,8 @@ class FastEngine:
         self.p_len = torch.ones(1, **long)                 # its real length
         self.p_arange = torch.arange(max_len, **long)
         self._prompt_steps: dict[int, StepGraph] = {}
-        # One memory pool for every bucket's graph: a bucket's temporaries die inside its pass (results go to the
-        # static buffers), and the passes never overlap, so all buckets can reuse the largest one's memory.
+        # One memory pool for every bucket's graph: nothing a pass leaves in the pool is read later (results go to
+        # the static buffers), and the passes never overlap, so all buckets can reuse the largest one's memory.
         shared = self.prompt_graphs and capture and dev.type == "cuda"
         self._prompt_pool = torch.cuda.graph_pool_handle() if shared else None
         self.prompt_skips_cudnn = True                     # prompt_sdpa; step_profile.py turns it off to time cuDNN

@@ -83,8 +83,8 @@ class StepGraph:
 
     ``compile``: run ``fn`` through :func:`compile_step` first (``compiled``, ``compile_s``); True or an
     inductor mode (:func:`compile_mode`). ``pool``: a memory-pool token (``torch.cuda.graph_pool_handle()``)
-    shared with other graphs that never run at the same time and keep no tensor alive in the pool (every
-    result written into buffers allocated outside it): their temporaries then reuse one region instead of
+    shared with other graphs that never run at the same time and read nothing later that they left in the
+    pool (every result written into buffers allocated outside it): their temporaries then reuse one region instead of
     each graph holding its own."""
 
     def __init__(self, fn: Callable[[], None], device: torch.device, *, capture: bool = True, warmup: int = 2,
