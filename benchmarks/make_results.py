@@ -49,7 +49,7 @@ def batched_bench_section(path: Path, r: dict) -> list[str]:
             lines.append(f"- batch {b}: best P-EAGLE (K={p['k']}) / best EAGLE (K={e['k']}): "
                          f"**{p['tokens_per_s'] / e['tokens_per_s']:.2f}x**"
                          + (f"; best P-EAGLE / AR: {p['tokens_per_s'] / ar[b]:.2f}x" if b in ar else ""))
-    return lines + [""]
+    return lines + ([""] + [r["reading"]] if r.get("reading") else []) + [""]
 
 
 def bench_section(path: Path, r: dict) -> list[str]:
@@ -472,7 +472,8 @@ TOPICS = [
       "fast_engine_h200.json": "AR, EAGLE-3 and P-EAGLE at K=1..8, bf16 and fp32, batch 1, with the step's time split",
       "fused_engine_cpu.json": "the fusion lever on a 2-core CPU"},
      {"fused_engine_h200.json": "", "step_profile_h200.json": "", "fused_engine_h200_coldcache.json": ""},
-     ["fast_engine_tests_h200.log", "fused_engine_tests_h200.log", "logs/gpu_fast_engine_tests_h200_pgraph.log",
+     ["fast_engine_tests_h200.log", "fused_engine_tests_h200.log", "logs/gpu_fast_engine_tests_h200_pool.log",
+      "logs/gpu_fast_engine_tests_h200_pgraph.log",
       "logs/fused_engine_tests_h200_pgraph_call1.log"]
      + [f"logs/fused_engine_h200_pgraph_{c}.log" for c in ("k3k7", "max_k5", "max_k7", "fp32")]
      + ["logs/fused_engine_tests_h200_attention_call1.log",
@@ -530,10 +531,14 @@ TOPICS = [
      {"kernel_h200_2026-12-01b.json": "the Triton kernel vs its torch reference and an empty launch (launch shape by request length)",
       "kernel_h200.json": "the same, first run"},
      {}, []),
-    ("Drafter forward pass", "batched-decoding.md",
-     {"drafter_forward_cudagraph_h200.json": "one parallel pass vs one slot vs K sequential passes, CUDA graphs",
+    ("Batched decoding and the drafter's forward pass", "batched-decoding.md",
+     {"batch_rows_h200.json": "AR, EAGLE-3 and P-EAGLE decoding 8, 32 and 64 requests at once on an H200, bf16",
+      "batch_profile_h200_cudnn.json": "where a batched step's time went before SDPA skipped cuDNN",
+      "drafter_forward_cudagraph_h200.json": "one parallel pass vs one slot vs K sequential passes, CUDA graphs",
       "drafter_forward_h200.json": "the same, eager"},
-     {}, []),
+     {"batch_rows_h200_attempt1.json": ""},
+     ["logs/batch_engine_tests_h200.log", "logs/batch_rows_h200.log", "logs/batch_profile_h200_cudnn.log",
+      "logs/batch_engine_tests_h200_attempt1.log", "logs/batch_rows_h200_attempt1.log"]),
 ]
 
 

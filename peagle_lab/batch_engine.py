@@ -28,6 +28,7 @@ import torch
 
 from .batch_cache import DraftPool, RaggedCache
 from .compat import check_compatible
+from .device import sdpa_without_cudnn
 from .drafter import Eagle3Drafter
 from .engine import METHODS, SpecResult, Step, StepTimes, _finish
 from .drafting import require_parallel
@@ -253,11 +254,12 @@ def generate_batch(target, prompts: list[list[int]], *, method: str = "peagle", 
     rows = RaggedCache(target, len(prompts))
     dev = next(drafter.parameters()).device if spec else None          # the drafter's side lives here
     pool = DraftPool(drafter, dev) if spec else None
-    bonus, ctx = prefill(req, rows, prompts, dev)
-    _drop(rows, pool, req.live, list(range(len(prompts))))
-    times.prefill = time.perf_counter() - req.t0
-    while req.live:
-        bonus, ctx = step(req, rows, pool, drafter, draft_fn, ctx, bonus, times, accepted_log)
+    with sdpa_without_cudnn(target.device):      # every step has a new cache length: no per-shape cuDNN plans
+        bonus, ctx = prefill(req, rows, prompts, dev)
+        _drop(rows, pool, req.live, list(range(len(prompts))))
+        times.prefill = time.perf_counter() - req.t0
+        while req.live:
+            bonus, ctx = step(req, rows, pool, drafter, draft_fn, ctx, bonus, times, accepted_log)
     return BatchResult(results=req.results(prompts), seconds=time.perf_counter() - req.t0, times=times,
                        accepted=accepted_log)
 

@@ -150,8 +150,9 @@ def test_bench_batch_size_rows(target):
     assert rows[("ar", None, 1)]["identical_to_ar"] is None                  # the reference itself
     assert all(x["identical_to_ar"] is True for key, x in rows.items() if key != ("ar", None, 1))
     assert {x["new_tokens"] for x in rows.values()} == {9} and out["settings"]["batch_size"] == [1, 2]
-    assert {key: x["engine"] for key, x in rows.items()} == {                  # CPU: --engine auto = teaching
-        ("ar", None, 1): "teaching", ("peagle", 2, 1): "teaching",
+    single = "fast" if target.device.type == "cuda" else "teaching"        # --engine auto: fast on CUDA only
+    assert {key: x["engine"] for key, x in rows.items()} == {
+        ("ar", None, 1): single, ("peagle", 2, 1): single,
         ("ar", None, 2): "teaching-batched", ("peagle", 2, 2): "teaching-batched"}
     with pytest.raises(SystemExit, match="--batch-size 1"):
         run_bench(methods=["hf"], ks=[2], prompts="mt-bench", num_prompts=2, max_new_tokens=2, target=target,
@@ -163,7 +164,8 @@ def test_bench_batch_size_rows(target):
 
 def test_bench_cli_batch_rows_beside_the_fast_engine(target, tmp_path, capsys, monkeypatch):
     """`bench --engine fast --batch-size 1,3` (what --engine auto does on CUDA), small, on the CPU: batch-1 rows
-    run the fast engine, larger batches the batched teaching engine, and the rows say which."""
+    run the fast engine, larger batches the batched teaching engine, and the rows say which (on the GPU too, with
+    PEAGLE_TEST_DEVICE=cuda)."""
     from peagle_lab.cli import main
     from peagle_lab.target import Target
 
@@ -171,8 +173,8 @@ def test_bench_cli_batch_rows_beside_the_fast_engine(target, tmp_path, capsys, m
     monkeypatch.setattr(Target, "load", classmethod(lambda cls, name=None, **kw: asked.append(kw) or target))
     out = tmp_path / "bench.json"
     assert main(["bench", "--methods", "ar,peagle", "--k", "2", "--num-prompts", "2", "--spread", "--max-new-tokens", "3",
-                 "--batch-size", "1,3", "--engine", "fast", "--device", "cpu", "--json", str(out)]) == 0
-    assert asked == [{"dtype": torch.float32, "device": "cpu"}]
+                 "--batch-size", "1,3", "--engine", "fast", "--device", target.device.type, "--json", str(out)]) == 0
+    assert asked == [{"dtype": torch.float32, "device": target.device.type}]
     assert "decodes 2 at once" in capsys.readouterr().err                  # batch 3 > 2 prompts: said, not hidden
     result = json.loads(out.read_text())
     rows = {(x["method"], x["batch_size"]): x for x in result["results"]}
@@ -184,7 +186,7 @@ def test_bench_cli_batch_rows_beside_the_fast_engine(target, tmp_path, capsys, m
             assert row["identical_to_ar"] is True, (method, b)
         if method == "peagle":
             assert 1 <= row["acceptance_length"] <= 3 and len(row["acceptance_per_position"]) == 2
-    assert result["settings"]["device"] == "cpu" and result["settings"]["batch_size"] == [1, 3]
+    assert result["settings"]["device"] == str(target.device) and result["settings"]["batch_size"] == [1, 3]
 
 
 def test_verify_greedy_batch_equals_verify_greedy_per_row():
@@ -264,3 +266,22 @@ def test_cuda_bench_batch_rows(cuda_target):
         if (row["method"], row["batch_size"]) != ("ar", 1):
             assert row["identical_to_ar"] is True, row
     assert out["settings"]["device"].startswith("cuda") and out["settings"]["engine"] == "fast"
+
+
+def test_batched_decoding_runs_sdpa_without_cudnn(target, mtbench_ids, monkeypatch):
+    """generate_batch runs every pass inside sdpa_without_cudnn(target's device): on CUDA a batched step's attention
+    shapes change every step, and cuDNN's per-shape plan building made a step 2-4x slower on an H200."""
+    import contextlib
+
+    seen = []
+
+    @contextlib.contextmanager
+    def recording(device, skip=True):
+        seen.append(str(device))
+        yield
+
+    monkeypatch.setattr(batch_engine, "sdpa_without_cudnn", recording)
+    prompts = _prompts(mtbench_ids)
+    out = generate_batch(target, prompts, method="ar", max_new_tokens=3)
+    assert seen == [str(target.device)]
+    assert [r.tokens for r in out.results] == [target.generate(p, 3).tokens for p in prompts]

@@ -109,8 +109,11 @@ def test_batched_parallel_drafting_equals_each_request_alone(target):
     bonus = torch.randint(0, 40_000, (len(lens),), generator=g)
     qsl = torch.tensor([0] + list(torch.tensor(lens).cumsum(0)), dtype=torch.int32)
     qel = (qsl[1:] - 1 - torch.tensor(rejected, dtype=torch.int32)).to(torch.int32)
-    batched = draft_parallel_batched(drafter, torch.cat(ids).to(torch.int32), torch.cat([torch.arange(L) for L in lens]),
-                                     torch.cat(aux), bonus.to(torch.int32), qsl, qel, k)
+    dev = target.device                                          # the compiled kernel with PEAGLE_TEST_DEVICE=cuda
+    ids, aux, bonus = [x.to(dev) for x in ids], [a.to(dev) for a in aux], bonus.to(dev)
+    batched = draft_parallel_batched(drafter, torch.cat(ids).to(torch.int32),
+                                     torch.cat([torch.arange(L) for L in lens]).to(dev), torch.cat(aux),
+                                     bonus.to(torch.int32), qsl.to(dev), qel.to(dev), k)
     for r, L in enumerate(lens):
         keep = L - rejected[r]                                   # tokens 0..keep-1 were accepted
         ctx = torch.cat([ids[r][1:keep], bonus[r: r + 1]])       # token at t+1 for features at t

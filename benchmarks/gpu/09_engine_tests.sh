@@ -6,7 +6,7 @@
 set -uxo pipefail
 export PEAGLE_GGUF=/tmp/pk/SmolLM2-135M-Instruct.Q4_1.gguf PEAGLE_CACHE=/tmp/pk/cache PYTHONPATH=. PYTHONUNBUFFERED=1
 bash benchmarks/gpu/install_wheels.sh
-[ -f "$PEAGLE_GGUF" ] || cat /tmp/pk/gguf.part-00 /tmp/pk/gguf.part-01 parts/gguf.part-02 > "$PEAGLE_GGUF"
+bash benchmarks/gpu/join_gguf.sh || exit 1
 python -c "from peagle_lab.assets import resolve_target; print(resolve_target(None))" 2>&1 | tail -n 1
 # TESTS / TESTS_S pick other files and a limit (2026-12-02, 14th session: the fast engine's suite with prompt graphs,
 # TESTS="tests/test_fast_engine.py tests/test_cache_attention.py::test_auto_attention_picks_triton_on_cuda_only

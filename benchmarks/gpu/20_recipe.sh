@@ -20,7 +20,7 @@
 set -uxo pipefail
 export PEAGLE_GGUF=/tmp/pk/SmolLM2-135M-Instruct.Q4_1.gguf PEAGLE_CACHE=/tmp/pk/cache PYTHONPATH=. PYTHONUNBUFFERED=1
 bash benchmarks/gpu/install_wheels.sh
-[ -f "$PEAGLE_GGUF" ] || cat /tmp/pk/gguf.part-00 /tmp/pk/gguf.part-01 parts/gguf.part-02 > "$PEAGLE_GGUF"
+bash benchmarks/gpu/join_gguf.sh || exit 1
 python -c "from peagle_lab.assets import resolve_target; print(resolve_target(None))" 2>&1 | tail -n 1
 rm -rf /tmp/pk/code && mkdir -p /tmp/pk/code && cp -r peagle_lab /tmp/pk/code/
 [ -f /tmp/pk/sharegpt_turns.jsonl.gz ] && gunzip -c /tmp/pk/sharegpt_turns.jsonl.gz > /tmp/pk/sharegpt_turns.jsonl

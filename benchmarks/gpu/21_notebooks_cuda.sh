@@ -32,7 +32,7 @@ LOG="$OUT/notebooks_cuda_h200.log"
 } > "$LOG" 2>&1
 tail -n 4 "$LOG"
 export JUPYTER_PATH=/tmp/nbjup/share/jupyter
-[ -f "$PEAGLE_GGUF" ] || cat /tmp/pk/gguf.part-00 /tmp/pk/gguf.part-01 parts/gguf.part-02 > "$PEAGLE_GGUF"
+bash benchmarks/gpu/join_gguf.sh || exit 1
 mkdir -p /tmp/nbcache/targets /tmp/nbcache/drafters
 for d in /tmp/pk/cache/targets/* /tmp/pk/cache/drafters/*; do
   [ -f "$d/config.json" ] && ln -sfn "$d" "/tmp/nbcache/$(basename "$(dirname "$d")")/$(basename "$d")"

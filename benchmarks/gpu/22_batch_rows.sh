@@ -30,7 +30,7 @@ left() { local cap=$1 l=$((TOTAL_S - SECONDS - $2)); [ "$l" -lt "$cap" ] && echo
 
 if [ "$DEVICE" = cuda ]; then
   bash benchmarks/gpu/install_wheels.sh
-  [ -f "$PEAGLE_GGUF" ] || cat /tmp/pk/gguf.part-00 /tmp/pk/gguf.part-01 parts/gguf.part-02 > "$PEAGLE_GGUF"
+  bash benchmarks/gpu/join_gguf.sh || exit 1
   nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader || true
 fi
 timeout "$(left 90 400)" python -c "from peagle_lab.assets import resolve_target; print('target:', resolve_target(None))" 2>&1 | tail -n 1

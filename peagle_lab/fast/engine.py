@@ -22,13 +22,13 @@ Sampling (T > 0) is not on the fast path: it falls back to the teaching engine.
 """
 from __future__ import annotations
 
-import contextlib
 import time
 import weakref
 
 import torch
 
 from ..compat import check_compatible
+from ..device import sdpa_without_cudnn
 from ..drafter import Eagle3Drafter
 from ..engine import METHODS, SpecResult, Step, StepTimes, _finish, generate
 from ..stats import AcceptanceStats
@@ -64,17 +64,12 @@ def engine_attention(attention: str, target: Target, drafter: Eagle3Drafter | No
 PROMPT_BUCKET = 64       # prompt lengths are padded to a multiple of this: one captured prompt graph per bucket
 
 
-@contextlib.contextmanager
 def prompt_sdpa(device: torch.device, skip_cudnn: bool = True):
-    """SDPA for a prompt's pass without its cuDNN backend (on CUDA): cuDNN builds a plan for every new
-    prompt length, ~90 ms on the H200 (step_profile_h200_attention.json), against ~20 ms for the whole
-    eager pass through the flash / memory-efficient kernels. The captured steps keep every backend."""
-    if device.type != "cuda" or not skip_cudnn:
-        yield
-        return
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-    with sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]):
-        yield
+    """SDPA for a prompt's pass without its cuDNN backend (on CUDA; :func:`peagle_lab.device.sdpa_without_cudnn`):
+    cuDNN builds a plan for every new prompt length, ~90 ms on the H200 (step_profile_h200_attention.json),
+    against ~20 ms for the whole eager pass through the flash / memory-efficient kernels. The captured
+    steps keep every backend."""
+    return sdpa_without_cudnn(device, skip_cudnn)
 
 
 class FastEngine:

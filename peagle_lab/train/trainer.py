@@ -9,7 +9,6 @@ function of ``(seed, step)``, so a run resumed from its checkpoint repeats no st
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import os
@@ -23,6 +22,7 @@ from tqdm.auto import tqdm
 
 from ..atomic import atomic_file
 from ..checkpoint import save_drafter, vllm_config_dict
+from ..device import sdpa_without_cudnn
 from ..drafter import DrafterConfig, Eagle3Drafter, init_drafter
 from ..evaluate import replay_prompts
 from ..materialise import FINGERPRINT_KEY, embedding_fingerprint
@@ -126,18 +126,10 @@ def all_reduce_grads(params) -> None:
             g.copy_(part.view_as(g))
 
 
-def sdpa_backends(device: torch.device):
-    """Scaled-dot-product attention without the cuDNN backend on CUDA (a no-op elsewhere).
-
-    Every training step has new shapes (batch width, elements per row), and cuDNN builds an
-    execution plan per shape on the host: on an H200 (2026-12-01, benchmarks/bench_train_step.py)
-    that plan building held 56-81% of the host time while the GPU idled. Flash and
-    memory-efficient attention have no per-shape set-up."""
-    if device.type != "cuda":
-        return contextlib.nullcontext()
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    return sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH])
+# SDPA without cuDNN on CUDA: every training step has new shapes (batch width, elements per row), and cuDNN's
+# per-shape plan building held 56-81% of the host time on an H200 (2026-12-01, benchmarks/bench_train_step.py).
+# A module-level name, so that benchmark can swap it out to time cuDNN.
+sdpa_backends = sdpa_without_cudnn
 
 
 def cod_for_conversations(data: SeqData, cfg: "TrainConfig", step: int, global_ids: list[int]) -> Elements:
