@@ -137,6 +137,20 @@ def best_engine() -> dict:
             "max_autotune": auto}
 
 
+def batch_rows() -> dict:
+    """The batched teaching engine on an H200: AR, EAGLE-3 and P-EAGLE at batch 8, 32 and 64 (bf16, greedy), with
+    each row's time split, and the AR step before SDPA skipped cuDNN."""
+    name = "batch_rows_h200.json"
+    r = _raw(name)
+    keep = ("method", "k", "batch_size", "tokens_per_s", "acceptance_length", "identical_prompts", "num_prompts",
+            "new_tokens", "seconds", "time_split_s")
+    before = _raw("batch_profile_h200_cudnn.json")
+    return {"source": f"benchmarks/results/{name}", "device": "NVIDIA H200", "settings": r["settings"],
+            "rows": [{k: x.get(k) for k in keep} for x in r["results"]],
+            "ar_before_cudnn_fix": [{k: x[k] for k in ("batch_size", "tokens_per_s", "ms_per_step", "new_tokens", "steps")}
+                                    for x in before["rows"] if x["method"] == "ar"]}
+
+
 def ablation() -> dict:
     """The P-EAGLE ablation at 135M: AL at K=7 (and at K=3/5 where replayed) per lever and arm."""
     r = _raw("ablation_135m.json")
@@ -148,7 +162,7 @@ def ablation() -> dict:
 
 
 RECORDED = {f.__name__: f for f in (acceptance_by_category, drafter_size, objective_ab, train_memory_8b, kernel_timings,
-                                    gpu_speed, ablation)}
+                                    gpu_speed, ablation, batch_rows)}
 
 
 def render(name: str) -> str:

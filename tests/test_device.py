@@ -68,3 +68,19 @@ def test_regenerate_bfloat16_writes_valid_shards(target, tmp_path, capsys):
         assert 1 <= reply.numel() <= 4 and int(reply.min()) >= 0 and int(reply.max()) < target.vocab_size
     with pytest.raises(SystemExit):
         build_parser().parse_args(["regenerate", "--out", "x", "--dtype", "float64"])
+
+
+def test_sdpa_without_cudnn():
+    """On CUDA the context turns cuDNN's SDPA off and keeps flash / memory-efficient (they plan nothing per shape),
+    then restores it; elsewhere, or with skip=False, it changes nothing."""
+    from peagle_lab.device import sdpa_without_cudnn
+
+    before = torch.backends.cuda.cudnn_sdp_enabled()
+    for device, skip in (("cpu", True), (torch.device("cpu"), True), ("cuda", False)):
+        with sdpa_without_cudnn(device, skip):
+            assert torch.backends.cuda.cudnn_sdp_enabled() == before
+    if torch.cuda.is_available():
+        with sdpa_without_cudnn("cuda"):
+            assert not torch.backends.cuda.cudnn_sdp_enabled()
+            assert torch.backends.cuda.flash_sdp_enabled() and torch.backends.cuda.mem_efficient_sdp_enabled()
+        assert torch.backends.cuda.cudnn_sdp_enabled() == before
