@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .compat import check_compatible
+from .device import sdpa_without_cudnn
 from .drafter import Eagle3Drafter
 from .drafting import DRAFTERS
 from .sampling import choose, probs_from_logits
@@ -70,8 +71,9 @@ def generate(target: Target, prompt_ids: list[int], *, method: str = "peagle", d
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
     if method == "ar":
-        g = target.generate(prompt_ids, max_new_tokens, temperature=temperature, top_p=top_p, seed=seed,
-                            stop_at_eos=stop_at_eos)
+        with sdpa_without_cudnn(target.device):          # the same attention backends as the speculative loop
+            g = target.generate(prompt_ids, max_new_tokens, temperature=temperature, top_p=top_p, seed=seed,
+                                stop_at_eos=stop_at_eos)
         return SpecResult(tokens=g.tokens, prompt_len=g.prompt_len, seconds=g.seconds)
     if drafter is None:
         raise ValueError(f"method {method!r} needs a drafter (pass drafter=load_drafter(...))")
@@ -84,43 +86,44 @@ def generate(target: Target, prompt_ids: list[int], *, method: str = "peagle", d
     stats, times, steps = AcceptanceStats(k), StepTimes(), []
     device = target.device
 
-    t0 = time.perf_counter()
-    tcache, dcache = target.new_cache(), drafter.new_cache()
-    prompt = torch.tensor(prompt_ids, device=device)
-    out = target.forward(prompt, tcache)                                    # logits (1, T, V), aux (1, T, 3H)
-    bonus = int(choose(out.logits[0, -1].cpu(), temperature, top_p, gen))
-    tokens = [bonus]
-    # Drafter slot j pairs target features at position j with the token at j+1.
-    ctx_tokens = torch.cat([prompt[1:], prompt.new_tensor([bonus])])        # (T,)
-    ctx_aux = out.aux[0]                                                    # (T, 3H)
-    times.prefill = time.perf_counter() - t0
-    tokens, done = _finish(tokens, max_new_tokens, eos)
+    with sdpa_without_cudnn(device):       # on CUDA: no per-shape cuDNN plans (each step meets a new cache length)
+        t0 = time.perf_counter()
+        tcache, dcache = target.new_cache(), drafter.new_cache()
+        prompt = torch.tensor(prompt_ids, device=device)
+        out = target.forward(prompt, tcache)                                    # logits (1, T, V), aux (1, T, 3H)
+        bonus = int(choose(out.logits[0, -1].cpu(), temperature, top_p, gen))
+        tokens = [bonus]
+        # Drafter slot j pairs target features at position j with the token at j+1.
+        ctx_tokens = torch.cat([prompt[1:], prompt.new_tensor([bonus])])        # (T,)
+        ctx_aux = out.aux[0]                                                    # (T, 3H)
+        times.prefill = time.perf_counter() - t0
+        tokens, done = _finish(tokens, max_new_tokens, eos)
 
-    while not done:
-        t1 = time.perf_counter()
-        keep = dcache.length + ctx_tokens.shape[0]
-        draft = draft_fn(drafter, dcache, ctx_tokens, ctx_aux, k, temperature, gen)
-        dcache.crop(keep)                                                   # drop speculative / mask slots
-        t2 = time.perf_counter()
-        base = target.cache_length(tcache)
-        verify_in = torch.cat([prompt.new_tensor([bonus]), draft.tokens.to(device)])  # (K+1,)
-        out = target.forward(verify_in, tcache)                            # scores K+1 positions
-        logits = out.logits[0].cpu()                                        # (K+1, V)
-        if temperature <= 0:
-            n, bonus = verify_greedy(draft.tokens.cpu(), logits)
-        else:
-            n, bonus = verify_sampling(draft.tokens.cpu(), draft.probs.cpu(),
-                                       probs_from_logits(logits, temperature, top_p), gen)
-        t3 = time.perf_counter()
-        target.rollback(tcache, base + 1 + n)                               # keep old bonus + n accepted
-        accepted = draft.tokens[:n].tolist()
-        stats.record(n)
-        steps.append(Step(draft.tokens.tolist(), n, bonus))
-        tokens, done = _finish(tokens + accepted + [bonus], max_new_tokens, eos)
-        ctx_tokens = torch.tensor(accepted + [bonus], device=device)        # (n+1,)
-        ctx_aux = out.aux[0, : n + 1]                                       # (n+1, 3H)
-        times.draft += t2 - t1
-        times.verify += t3 - t2
-        times.bookkeeping += time.perf_counter() - t3
+        while not done:
+            t1 = time.perf_counter()
+            keep = dcache.length + ctx_tokens.shape[0]
+            draft = draft_fn(drafter, dcache, ctx_tokens, ctx_aux, k, temperature, gen)
+            dcache.crop(keep)                                                   # drop speculative / mask slots
+            t2 = time.perf_counter()
+            base = target.cache_length(tcache)
+            verify_in = torch.cat([prompt.new_tensor([bonus]), draft.tokens.to(device)])  # (K+1,)
+            out = target.forward(verify_in, tcache)                            # scores K+1 positions
+            logits = out.logits[0].cpu()                                        # (K+1, V)
+            if temperature <= 0:
+                n, bonus = verify_greedy(draft.tokens.cpu(), logits)
+            else:
+                n, bonus = verify_sampling(draft.tokens.cpu(), draft.probs.cpu(),
+                                           probs_from_logits(logits, temperature, top_p), gen)
+            t3 = time.perf_counter()
+            target.rollback(tcache, base + 1 + n)                               # keep old bonus + n accepted
+            accepted = draft.tokens[:n].tolist()
+            stats.record(n)
+            steps.append(Step(draft.tokens.tolist(), n, bonus))
+            tokens, done = _finish(tokens + accepted + [bonus], max_new_tokens, eos)
+            ctx_tokens = torch.tensor(accepted + [bonus], device=device)        # (n+1,)
+            ctx_aux = out.aux[0, : n + 1]                                       # (n+1, 3H)
+            times.draft += t2 - t1
+            times.verify += t3 - t2
+            times.bookkeeping += time.perf_counter() - t3
     return SpecResult(tokens=tokens, prompt_len=len(prompt_ids), seconds=time.perf_counter() - t0,
                       acceptance=stats, times=times, steps=steps)

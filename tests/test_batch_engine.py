@@ -268,20 +268,34 @@ def test_cuda_bench_batch_rows(cuda_target):
     assert out["settings"]["device"].startswith("cuda") and out["settings"]["engine"] == "fast"
 
 
-def test_batched_decoding_runs_sdpa_without_cudnn(target, mtbench_ids, monkeypatch):
-    """generate_batch runs every pass inside sdpa_without_cudnn(target's device): on CUDA a batched step's attention
-    shapes change every step, and cuDNN's per-shape plan building made a step 2-4x slower on an H200."""
+def test_batched_decoding_runs_sdpa_without_cudnn(target, mtbench_ids, drafters, monkeypatch):
+    """Every target pass of generate_batch (prefill and each verify) runs inside sdpa_without_cudnn(target's
+    device): on CUDA a batched step's attention shapes change every step, and cuDNN's per-shape plan building
+    made a step 2-4x slower on an H200. The output stays AR's."""
     import contextlib
 
-    seen = []
+    entered, inside, passes = [], [False], []
 
     @contextlib.contextmanager
     def recording(device, skip=True):
-        seen.append(str(device))
-        yield
+        entered.append(str(device))
+        inside[0] = True
+        try:
+            yield
+        finally:
+            inside[0] = False
+
+    forward = target.forward
+
+    def checked_forward(*args, **kwargs):
+        passes.append(inside[0])
+        return forward(*args, **kwargs)
 
     monkeypatch.setattr(batch_engine, "sdpa_without_cudnn", recording)
+    monkeypatch.setattr(target, "forward", checked_forward)
     prompts = _prompts(mtbench_ids)
-    out = generate_batch(target, prompts, method="ar", max_new_tokens=3)
-    assert seen == [str(target.device)]
-    assert [r.tokens for r in out.results] == [target.generate(p, 3).tokens for p in prompts]
+    out = generate_batch(target, prompts, method="peagle", drafter=drafters[("peagle", "random")], k=2,
+                         max_new_tokens=4)
+    assert entered == [str(target.device)] and len(passes) >= 2 and all(passes)
+    monkeypatch.undo()
+    assert [r.tokens for r in out.results] == [target.generate(p, 4).tokens for p in prompts]

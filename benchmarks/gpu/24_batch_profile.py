@@ -1,4 +1,4 @@
-"""Where a batched teaching-engine step spends its time on a GPU (2026-12-02, 15th session: batch 8 of 16
+"""Where a batched teaching-engine step spends its time on a GPU (written 2026-12-02 when batch 8 of 16
 MT-Bench prompts x 256 tokens did not finish in 160 s on the H200, so the batch rows never came back).
 
 For B in $BATCH_SIZES and each method: wall time of generate_batch on B spread MT-Bench prompts x $MAX_NEW
