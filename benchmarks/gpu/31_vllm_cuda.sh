@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# CUDA vLLM on the lent H200: park the bundle's parts, install, then run a stage of vllm_cuda_sweep.py.
+#
+# The bundle (made here by make_vllm_bundle.sh): vLLM 0.26.0's wheel set for torch 2.11 + CUDA 13, the two largest
+# wheels unpacked and recompressed with zstd (452 -> ~330 MB), the wheels the image lacks (gguf, MT-Bench, HumanEval,
+# zstandard) and the target's GGUF, cut into 31 MB parts parts/vc.part-NN that ride one call each beside the tree.
+#   calls 1..14: PARK_ONLY=1 bash benchmarks/gpu/31_vllm_cuda.sh     carry parts/vc.part-NN  (each within 30 s)
+#   call 15:     STAGE=sweep bash benchmarks/gpu/31_vllm_cuda.sh     carry the last part: installs, starts the sweep
+#   calls 16+:   bash benchmarks/gpu/31_vllm_cuda.sh                 (no carry) wait up to WAIT_S, bring back the summary
+# $OUT/vllm_cuda_STAGE.json is rewritten as each configuration finishes; /tmp/vres keeps them for the next call.
+set -uo pipefail
+mkdir -p /tmp/vp
+cp parts/vc.part-* /tmp/vp/ 2>/dev/null
+echo "parked: $(ls /tmp/vp | grep -c part) parts"
+[ "${PARK_ONLY:-0}" = 1 ] && exit 0
+export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 PEAGLE_GGUF=/tmp/vp/b/target.gguf PEAGLE_CACHE=/tmp/pcache
+if ! python -c "import vllm" 2>/dev/null; then
+  n=$(ls /tmp/vp | grep -c part); want=${PARTS:-15}
+  [ "$n" -ge "$want" ] || { echo "only $n of $want parts parked: park the missing ones first"; ls /tmp/vp; exit 1; }
+  t=$SECONDS
+  cat /tmp/vp/vc.part-* | tar xf - -C /tmp/vp || exit 1
+  python -m pip install -q --no-deps --no-index --disable-pip-version-check /tmp/vp/b/wheels/*.whl /tmp/vp/b/vw/*.whl \
+    || exit 1
+  SITE=$(python -c 'import sysconfig; print(sysconfig.get_paths()["platlib"])')
+  for z in /tmp/vp/b/vllm.tar.zst /tmp/vp/b/cut.tar.zst; do
+    python - "$z" "$SITE" <<'EOF' || exit 1
+import sys, tarfile, zstandard
+with open(sys.argv[1], "rb") as f, zstandard.ZstdDecompressor(max_window_size=1 << 27).stream_reader(f) as r:
+    tarfile.open(fileobj=r, mode="r|").extractall(sys.argv[2])
+EOF
+  done
+  python -c "import vllm, torch; print('vllm', vllm.__version__, 'torch', torch.__version__)" || exit 1
+  echo "installed in $((SECONDS - t)) s"
+fi
+nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader
+# the sweep runs in its own session (setsid), so it outlives this call; each later call (within the machine's 30 s)
+# waits on it up to WAIT_S and brings back the summary so far
+mkdir -p /tmp/vwork/out
+if [ -n "${STAGE:-}" ] && ! pgrep -f vllm_cuda_sweep.py > /dev/null && [ ! -f /tmp/vwork/out/started ]; then
+  setsid nohup python benchmarks/gpu/vllm_cuda_sweep.py "$STAGE" --out /tmp/vwork/out --budget-s "${BUDGET_S:-1500}" \
+    --sets "${SETS:-mt-bench:80,humaneval:32}" --concurrency "${CONC:-1,4,16,64}" ${ONLY:+--only "$ONLY"} \
+    > /tmp/vwork/driver.log 2>&1 < /dev/null &
+  echo "sweep started"
+fi
+end=$((SECONDS + ${WAIT_S:-540}))
+while [ $SECONDS -lt $end ] && pgrep -f vllm_cuda_sweep.py > /dev/null; do sleep 5; done
+pgrep -f vllm_cuda_sweep.py > /dev/null && echo "sweep still running" || echo "sweep finished"
+grep -v "INFO\|WARNING\|it/s\]" /tmp/vwork/driver.log | tail -n 60
+cp /tmp/vwork/out/vllm_cuda_*.json "$OUT/" 2>/dev/null
+tar czf "$OUT/server_logs.tgz" -C /tmp/vwork driver.log $(cd /tmp/vwork && ls server-*.log) 2>/dev/null
+ls -la "$OUT"
