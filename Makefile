@@ -3,7 +3,7 @@ PY := .venv/bin/python
 NBMAKE_TIMEOUT ?= 1800
 PYTEST_ARGS ?=
 
-.PHONY: setup test tour lab bench clean
+.PHONY: setup test test-fast tour lab bench clean
 
 setup:
 	bash scripts/setup_cpu.sh
@@ -14,6 +14,12 @@ test: setup
 	$(PY) -m pytest -q $(PYTEST_ARGS) tests
 	$(PY) -m pytest -q -p no:cacheprovider --doctest-modules peagle_lab --ignore=peagle_lab/__main__.py
 	PEAGLE_SMOKE=1 $(PY) -m pytest -q -p no:cacheprovider --nbmake --nbmake-timeout=$(NBMAKE_TIMEOUT) --nbmake-kernel=peagle-lab notebooks
+
+# The development loop: the unit tests without real vLLM servers, the browser, the fresh-venv install, torch.compile
+# and torchrun runs (markers vllm, browser, slow), in under 5 minutes on a 2-core CPU. `make test` (CI) runs them all.
+test-fast:
+	@test -x $(PY) || $(MAKE) setup
+	$(PY) -m pytest -q -p no:cacheprovider -m "not vllm and not browser and not slow" $(PYTEST_ARGS) tests
 
 # Executes the notebooks in order (CI settings unless PEAGLE_SMOKE=0) into build/ as .ipynb + HTML.
 tour: setup

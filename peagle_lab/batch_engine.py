@@ -30,7 +30,7 @@ from .batch_cache import DraftPool, RaggedCache
 from .compat import check_compatible
 from .device import sdpa_without_cudnn
 from .drafter import Eagle3Drafter
-from .engine import METHODS, SpecResult, Step, StepTimes, _finish
+from .engine import METHODS, SpecResult, Step, StepTimes, _finish, check_context
 from .drafting import require_parallel
 from .kernels.batched import drafter_inputs, request_attention_mask
 from .stats import AcceptanceStats
@@ -144,6 +144,11 @@ def _check(target, prompts: list[list[int]], method: str, drafter: Eagle3Drafter
     budgets = [max_new_tokens] * B if isinstance(max_new_tokens, int) else list(max_new_tokens)
     if len(budgets) != B or min(budgets) < 1:
         raise ValueError(f"max_new_tokens must be an int >= 1 or one such int per prompt ({B}), got {max_new_tokens!r}")
+    for i, (p, budget) in enumerate(zip(prompts, budgets)):
+        try:
+            check_context(target, len(p), budget, k if method != "ar" else 0)
+        except ValueError as err:
+            raise ValueError(f"request {i}: {err}") from None
     if method == "ar":
         return budgets, None
     if drafter is None:

@@ -17,13 +17,87 @@ from .compat import IncompatibleDrafter, check_compatible, fit_problems, read_ma
 from .materialise import materialise_for_vllm
 
 
+REQUIRED_KEYS = ("hidden_size", "vocab_size", "num_attention_heads", "intermediate_size")
+
+
+def _read_config(path: Path) -> tuple[dict | None, list[str]]:
+    """``(config, [])`` or ``(None, [what is wrong with config.json])``."""
+    cfg_file = path / "config.json"
+    if not cfg_file.exists():
+        return None, [f"{path} has no config.json: not a drafter folder"]
+    try:
+        cfg = json.loads(cfg_file.read_text())
+    except (ValueError, OSError) as err:                 # truncated or hand-edited
+        return None, [f"{cfg_file} is not valid JSON ({err}); restore it from the export"]
+    if not isinstance(cfg, dict):
+        return None, [f"{cfg_file} holds {type(cfg).__name__}, not a JSON object"]
+    missing = [key for key in REQUIRED_KEYS if not isinstance(cfg.get(key), int)]
+    if missing:
+        return None, [f"{cfg_file} lacks {', '.join(missing)} (whole numbers); is this a drafter's config "
+                      "in vLLM's EAGLE-3 layout?"]
+    return cfg, []
+
+
+def _weight_shapes(path: Path) -> tuple[dict[str, list[int]], list[str]]:
+    """``({canonical key: shape}, problems)`` read from the safetensors headers (no tensor is loaded)."""
+    from .checkpoint import _canonical_key
+
+    files = sorted(path.glob("*.safetensors"))
+    if not files:
+        return {}, [f"{path} has no .safetensors weights"]
+    shapes, problems = {}, []
+    for f in files:
+        try:
+            with safe_open(str(f), "pt") as handle:
+                shapes.update({_canonical_key(k): list(handle.get_slice(k).get_shape()) for k in handle.keys()})
+        except Exception as err:                         # safetensors raises its own error type for a bad file
+            problems.append(f"{f} is unreadable, truncated or corrupt ({err}); copy or export it again")
+    return shapes, problems
+
+
+def _shape_problems(cfg: dict, shapes: dict[str, list[int]]) -> list[str]:
+    """Where the weights' shapes disagree with what config.json says (a config from another drafter, an edit)."""
+    hidden, vocab = cfg["hidden_size"], cfg["vocab_size"]
+    width = (shapes.get("norm.weight") or shapes.get("fc.weight") or [hidden])[0]
+    if width != hidden:                                 # everything else would disagree too: say it once
+        return [f"config.json says hidden_size {hidden} but the weights are {width} wide (norm.weight / fc.weight): "
+                "the config and the weights do not belong together"]
+    taps = 3 * int(cfg.get("target_hidden_size") or hidden)
+    draft_vocab = int(cfg.get("draft_vocab_size") or vocab)
+    expected = {"fc.weight": ([hidden, taps], "hidden_size, 3 x target_hidden_size"),
+                "lm_head.weight": ([draft_vocab, hidden], "draft_vocab_size, hidden_size"),
+                "d2t": ([draft_vocab], "draft_vocab_size"), "t2d": ([vocab], "vocab_size"),
+                "embed_tokens.weight": ([vocab, hidden], "vocab_size, hidden_size"),
+                "layers.0.mlp.gate_proj.weight": ([cfg["intermediate_size"], hidden], "intermediate_size, hidden_size")}
+    problems = [f"{key} has shape {shapes[key]} but config.json says {want} ({what}): the config and the weights "
+                "do not belong together"
+                for key, (want, what) in expected.items() if key in shapes and shapes[key] != want]
+    layers = {int(k.split(".")[1]) for k in shapes if k.startswith("layers.") and k.split(".")[1].isdigit()}
+    if layers and "num_hidden_layers" in cfg and max(layers) + 1 != int(cfg["num_hidden_layers"]):
+        problems.append(f"the weights hold {max(layers) + 1} layer(s) but config.json says num_hidden_layers "
+                        f"{cfg['num_hidden_layers']}")
+    return problems
+
+
+def folder_problems(path: str | Path) -> list[str]:
+    """What is wrong with a drafter folder on its own, no target needed: a missing or unreadable config,
+    missing, truncated or corrupt weights, shapes the config does not describe (``[]`` when none)."""
+    path = Path(path)
+    if not path.is_dir():
+        return [f"{path} is not a folder"]
+    cfg, problems = _read_config(path)
+    if cfg is None:
+        return problems
+    shapes, problems = _weight_shapes(path)
+    return problems or _shape_problems(cfg, shapes)
+
+
 def check_drafter(path: str, target, k: int | None = None, probe_prompts: int = 2, probe_tokens: int = 32) -> dict:
     """``{"problems": [...], "warnings": [...], "probe": {...} or None}`` for the drafter folder ``path``."""
     path = Path(path)
-    problems, warnings = [], []
-    cfg_file = path / "config.json"
-    if not cfg_file.exists():
-        return {"problems": [f"{path} has no config.json: not a drafter folder"], "warnings": [], "probe": None}
+    problems, warnings = folder_problems(path), []
+    if problems:                                       # nothing further can be read
+        return {"problems": problems, "warnings": [], "probe": None}
     try:                                               # a learned mask row stored apart: check what vLLM loads
         path = materialise_for_vllm(path, target)
     except ValueError as err:                          # trained with another target's embedding
@@ -50,8 +124,8 @@ def check_drafter(path: str, target, k: int | None = None, probe_prompts: int = 
         return {"problems": problems, "warnings": warnings, "probe": None}
     try:
         drafter = load_drafter(path, target)
-    except (ValueError, RuntimeError, IncompatibleDrafter) as err:
-        return {"problems": [str(err)], "warnings": warnings, "probe": None}
+    except (ValueError, RuntimeError, KeyError, TypeError, OSError) as err:   # IncompatibleDrafter is a ValueError
+        return {"problems": [f"the drafter does not load: {err}"], "warnings": warnings, "probe": None}
     ids = torch.arange(drafter.cfg.draft_vocab_size) + drafter.d2t
     if ids.min() < 0 or ids.max() >= drafter.cfg.vocab_size or not drafter.t2d[ids].all():
         problems.append("d2t maps draft ids outside the target vocabulary or disagrees with t2d "

@@ -93,9 +93,13 @@ def speculators_config_dict(drafter: Eagle3Drafter, verifier_name: str, verifier
 
 
 def save_drafter(drafter: Eagle3Drafter, path: str | os.PathLike, dtype: torch.dtype = torch.float32,
-                 extra_files: dict[str, str] | None = None, config: dict | None = None) -> Path:
+                 extra_files: dict[str, str] | None = None, config: dict | None = None, *,
+                 overwrite: bool = False, flag: str = "overwrite=True") -> Path:
     """Write ``config.json`` + ``model.safetensors`` (+ ``extra_files``) atomically: a temp folder
-    renamed into place, so a failed export leaves the previous drafter (or nothing) behind."""
+    renamed into place, so a failed export leaves the previous drafter (or nothing) behind.
+
+    ``path`` must be new, empty, or a folder peagle-lab wrote (its marker file); anything else is
+    refused (:class:`~peagle_lab.atomic.DestinationInUse`, naming ``flag``) unless ``overwrite``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tensors = {}
@@ -107,7 +111,7 @@ def save_drafter(drafter: Eagle3Drafter, path: str | os.PathLike, dtype: torch.d
         else:
             tensors[name] = value.detach().to(dtype).contiguous()
     dtype_name = str(dtype).removeprefix("torch.")
-    with atomic_dir(path) as tmp:
+    with atomic_dir(path, overwrite=overwrite, flag=flag, note="drafter checkpoint") as tmp:
         save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
         config = config if config is not None else vllm_config_dict(drafter.cfg, dtype_name)
         (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
@@ -118,11 +122,13 @@ def save_drafter(drafter: Eagle3Drafter, path: str | os.PathLike, dtype: torch.d
 
 def export_speculators(drafter: Eagle3Drafter, path: str | os.PathLike, *, verifier_name: str,
                        verifier_architectures: list[str], k: int | None = None,
-                       dtype: torch.dtype = torch.bfloat16) -> Path:
-    """Write ``path`` in the speculators format (K defaults to the trained depth, else 3)."""
+                       dtype: torch.dtype = torch.bfloat16, overwrite: bool = False,
+                       flag: str = "overwrite=True") -> Path:
+    """Write ``path`` in the speculators format (K defaults to the trained depth, else 3); ``path`` is
+    refused as in :func:`save_drafter` unless ``overwrite``."""
     k = k or drafter.cfg.trained_depth or 3
     config = speculators_config_dict(drafter, verifier_name, verifier_architectures, k)
-    return save_drafter(drafter, Path(path), dtype=dtype, config=config)
+    return save_drafter(drafter, Path(path), dtype=dtype, config=config, overwrite=overwrite, flag=flag)
 
 
 _ALIASES = (("midlayer.", "layers.0."), ("model.", ""))

@@ -3,27 +3,80 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import shlex
 import sys
 import time
 from dataclasses import replace
 
 
-def _ints(text: str) -> list[int]:
-    try:
-        return [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers like 3,5,7, got {text!r}") from None
+K_MAX = 128            # the most draft tokens per step a flag accepts (the shipped drafters train depth 8)
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
-    return value
+def _bounds(lo, hi, lo_open: bool = False, hi_open: bool = False) -> str:
+    """The allowed range in words: ">= 1", "> 0", "in (0, 1]"."""
+    if hi is None:
+        return f"{'>' if lo_open else '>='} {lo}"
+    return f"in {'(' if lo_open else '['}{lo}, {hi}{')' if hi_open else ']'}"
+
+
+def _inside(value, lo, hi, lo_open: bool, hi_open: bool) -> bool:
+    if lo is not None and (value < lo or (lo_open and value == lo)):
+        return False
+    return hi is None or (value < hi or (not hi_open and value == hi))
+
+
+def _int_range(lo: int | None = None, hi: int | None = None):
+    """An argparse ``type``: a whole number in [lo, hi] (either end may be open-ended with None)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or not _inside(value, lo, hi, False, False):
+            raise argparse.ArgumentTypeError(f"expected a whole number {_bounds(lo, hi)}, got {text!r}")
+        return value
+    parse.__name__ = "whole number"
+    return parse
+
+
+def _float_range(lo: float | None = None, hi: float | None = None, *, lo_open: bool = False, hi_open: bool = False):
+    """An argparse ``type``: a finite number within [lo, hi], either end open (``lo_open``/``hi_open``)."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = None
+        if value is None or not math.isfinite(value) or not _inside(value, lo, hi, lo_open, hi_open):
+            raise argparse.ArgumentTypeError(f"expected a number {_bounds(lo, hi, lo_open, hi_open)}, got {text!r}")
+        return value
+    parse.__name__ = "number"
+    return parse
+
+
+def _int_list(lo: int = 1, hi: int | None = None):
+    """An argparse ``type``: comma-separated whole numbers, each in [lo, hi], at least one."""
+    def parse(text: str) -> list[int]:
+        try:
+            values = [int(x) for x in text.split(",") if x.strip()]
+        except ValueError:
+            values = []
+        if not values or not all(_inside(v, lo, hi, False, False) for v in values):
+            raise argparse.ArgumentTypeError(f"expected comma-separated whole numbers {_bounds(lo, hi)} "
+                                             f"like 3,5,7, got {text!r}")
+        return values
+    parse.__name__ = "list of whole numbers"
+    return parse
+
+
+_ints = _int_list(1)                          # draft lengths, batch sizes, concurrencies: each >= 1
+_draft_lengths = _int_list(1, K_MAX)
+_positive = _int_range(1)
+_count = _int_range(0)                        # a count that may be zero
+_draft_length = _int_range(1, K_MAX)
+_fraction = _float_range(0, 1, lo_open=True)  # (0, 1]: top-p, a share of memory
+_non_negative = _float_range(0)
+_above_zero = _float_range(0, lo_open=True)
 
 
 def _methods(text: str) -> list[str]:
@@ -120,12 +173,22 @@ def cmd_vllm_bench(args) -> int:
 
 
 def cmd_regenerate(args) -> int:
+    from .train.data import RegenerationMismatch
+
+    try:
+        return _regenerate(args)
+    except RegenerationMismatch as err:                  # --out holds another run's shards: refused, nothing written
+        raise SystemExit(f"peagle-lab regenerate: {err}") from None
+
+
+def _regenerate(args) -> int:
     from .device import DTYPES
     from .prompts import load_prompts
     from .target import Target
     from .train.data import regenerate, regenerate_conversations
 
     target = Target.load(args.target, device=args.device, dtype=DTYPES[args.dtype])
+    about = {"prompts": str(args.prompts), "num_prompts": args.num_prompts, "skip_prompts": args.skip_prompts}
     if args.all_turns:                                   # every human turn, answered turn by turn
         from .prompts import load_conversations
 
@@ -133,13 +196,13 @@ def cmd_regenerate(args) -> int:
         paths = regenerate_conversations(target, convs, args.out, max_new_tokens=args.max_new_tokens,
                                          max_context_tokens=args.max_prompt_tokens,
                                          batch_size=args.batch_size, shard_size=args.shard_size,
-                                         temperature=args.temperature, seed=args.seed)
+                                         temperature=args.temperature, seed=args.seed, about=about)
         print(json.dumps({"out": args.out, "shards": len(paths), "conversations": len(convs)}))
         return 0
     prompts = load_prompts(args.prompts, args.num_prompts + args.skip_prompts)[args.skip_prompts:]
     paths = regenerate(target, prompts, args.out, max_new_tokens=args.max_new_tokens,
                        max_prompt_tokens=args.max_prompt_tokens, batch_size=args.batch_size,
-                       shard_size=args.shard_size, temperature=args.temperature, seed=args.seed)
+                       shard_size=args.shard_size, temperature=args.temperature, seed=args.seed, about=about)
     print(json.dumps({"out": args.out, "shards": len(paths), "prompts": len(prompts)}))
     return 0
 
@@ -190,10 +253,11 @@ def _init_drafter(args, target, mark):
 def cmd_train(args) -> int:
     import torch
 
+    from .atomic import DestinationInUse, check_replaceable
     from .device import resolve_device
     from .target import Target
     from .train.data import load_samples
-    from .train.trainer import Trainer, finish_distributed, init_distributed, rank_and_world
+    from .train.trainer import ResumeMismatch, Trainer, finish_distributed, init_distributed, rank_and_world
     from .train.vocab import build_draft_vocab, token_counts
 
     # "auto" -> CUDA when present; under torchrun: join the group (NCCL on GPUs, one per process; gloo on CPUs, or
@@ -204,6 +268,11 @@ def cmd_train(args) -> int:
     def mark(what: str) -> None:                        # start-up phases, timed (a slow one shows up in the log)
         print(f"[{time.perf_counter() - t0:6.1f} s] {what}", file=sys.stderr, flush=True)
 
+    export_to = args.export or f"{args.out}/drafter"
+    try:
+        check_replaceable(export_to, args.overwrite)      # now, not after the training: a user's folder stays
+    except DestinationInUse as err:
+        raise SystemExit(f"peagle-lab train: {err}") from None
     target = Target.load(args.target, device=device)
     mark(f"target loaded on {target.device}")
     samples = load_samples(args.data)
@@ -212,11 +281,15 @@ def cmd_train(args) -> int:
     cfg = _train_config(args, **shape)
     if cfg.share_lm_head:
         cfg = replace(cfg, draft_vocab_size=target.vocab_size)  # the target's own head scores every token
-    ids, coverage = build_draft_vocab(token_counts(samples, target.vocab_size), cfg.draft_vocab_size)
+    counts = token_counts(samples, target.vocab_size)
+    ids, _ = build_draft_vocab(counts, cfg.draft_vocab_size)
     if init is not None:                                 # keep the drafter's own vocabulary (its lm_head rows)
-        counts = token_counts(samples, target.vocab_size)
         ids = init.to_target_ids(torch.arange(init.cfg.draft_vocab_size, device=init.fc.weight.device)).cpu()
-        coverage = float(counts[ids].sum()) / max(1, int(counts.sum()))
+    try:                                                 # a resume is checked here: settings, data, vocabulary, target
+        trainer = Trainer(target, samples, cfg, args.out, ids, drafter=init, data_source=args.data)
+    except ResumeMismatch as err:
+        raise SystemExit(f"peagle-lab train: {err}") from None
+    coverage = float(counts[trainer.draft_ids].sum()) / max(1, int(counts.sum()))   # of the vocabulary it trains
     print(f"draft vocab {cfg.draft_vocab_size}: covers {coverage:.1%} of reply tokens in {len(samples)} conversations",
           file=sys.stderr)
     val = None
@@ -227,7 +300,7 @@ def cmd_train(args) -> int:
         val_prompts = [target.chat_ids(p) for p in load_prompts(args.val_set, args.val_prompts, spread=True)]
         val = list(zip(val_prompts, greedy_replies(target, val_prompts, k=args.val_k, max_new_tokens=args.val_tokens)))
         mark(f"{len(val)} validation replies generated ({args.val_set})")
-    trainer = Trainer(target, samples, cfg, args.out, ids, drafter=init, val_replies=val)
+        trainer.val_replies = val
     mark("trainer ready; training starts")
     history = trainer.run(time_budget_s=60 * args.max_minutes if args.max_minutes else None,
                           progress=rank_and_world()[0] == 0, stop_after=args.stop_after)
@@ -235,7 +308,11 @@ def cmd_train(args) -> int:
         finish_distributed()                            # waits for rank 0's export
         return 0
     dtype = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch.float16}[args.export_dtype]
-    path = trainer.export(args.export or f"{args.out}/drafter", dtype=dtype)
+    try:
+        path = trainer.export(export_to, dtype=dtype, overwrite=args.overwrite, flag="--overwrite")
+    except DestinationInUse as err:
+        raise SystemExit(f"peagle-lab train: {err} (the trained checkpoint is in {args.out}: the same command with "
+                         "another --export writes it without training again)") from None
     last = history[-1] if history else {}
     val_al = [r["val_al"] for r in history if "val_al" in r]
     print(json.dumps({"drafter": str(path), "steps": trainer.step, "draft_vocab_coverage": coverage,
@@ -249,11 +326,17 @@ def cmd_export_speculators(args) -> int:
     from .checkpoint import export_speculators, load_drafter
     from .target import Target
 
-    target = Target.load(args.target)
-    drafter = load_drafter(args.drafter, target)
-    arch = list(getattr(target.config, "architectures", None) or [type(target.model).__name__])
-    path = export_speculators(drafter, args.out, verifier_name=args.verifier or target.name,
-                              verifier_architectures=arch, k=args.k)
+    from .atomic import DestinationInUse, check_replaceable
+
+    try:
+        check_replaceable(args.out, args.overwrite)       # before loading anything: a user's folder stays
+        target = Target.load(args.target)
+        drafter = load_drafter(args.drafter, target)
+        arch = list(getattr(target.config, "architectures", None) or [type(target.model).__name__])
+        path = export_speculators(drafter, args.out, verifier_name=args.verifier or target.name,
+                                  verifier_architectures=arch, k=args.k, overwrite=args.overwrite, flag="--overwrite")
+    except DestinationInUse as err:
+        raise SystemExit(f"peagle-lab export-speculators: {err}") from None
     print(json.dumps({"speculators_export": str(path)}))
     return 0
 
@@ -267,10 +350,12 @@ def cmd_materialise(args) -> int:
 
 
 def cmd_check(args) -> int:
-    from .check import check_drafter
+    from .check import check_drafter, folder_problems
     from .target import Target
 
-    report = check_drafter(args.drafter, Target.load(args.target), k=args.k)
+    problems = folder_problems(args.drafter)            # a broken folder is named before any model loads
+    report = ({"problems": problems, "warnings": [], "probe": None} if problems
+              else check_drafter(args.drafter, Target.load(args.target), k=args.k))
     if args.json:
         print(json.dumps(report, indent=2))
     else:
@@ -361,14 +446,14 @@ def cmd_eval(args) -> int:
     return 0
 
 
-def _add_prompt_args(s: argparse.ArgumentParser, num_prompts: int = 10, count=int, num_help: str | None = None) -> None:
+def _add_prompt_args(s: argparse.ArgumentParser, num_prompts: int = 10, num_help: str | None = None) -> None:
     """The prompt-set flags bench, vllm-bench and eval share: --prompts, --num-prompts, --spread, --max-new-tokens."""
     s.add_argument("--prompts", default="mt-bench", help="mt-bench, humaneval, sharegpt or a .jsonl file")
-    s.add_argument("--num-prompts", type=count, default=num_prompts, help=num_help)
+    s.add_argument("--num-prompts", type=_positive, default=num_prompts, help=num_help)
     s.add_argument("--spread", action="store_true",
                    help="take --num-prompts evenly spaced over the set instead of the first (MT-Bench is sorted by "
                         "category; its first 10 are all writing)")
-    s.add_argument("--max-new-tokens", type=count, default=128)
+    s.add_argument("--max-new-tokens", type=_positive, default=128)
 
 
 def add_info_parser(sub) -> None:
@@ -382,11 +467,11 @@ def add_generate_parser(sub) -> None:
     s.add_argument("prompt")
     s.add_argument("--method", default="ar", choices=["ar", "eagle", "peagle"])
     s.add_argument("--drafter", help="drafter checkpoint folder (needed for eagle / peagle)")
-    s.add_argument("--k", type=int, default=5, help="draft tokens per step")
-    s.add_argument("--max-new-tokens", type=int, default=128)
-    s.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
-    s.add_argument("--top-p", type=float, default=1.0)
-    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--k", type=_draft_length, default=5, help=f"draft tokens per step (1..{K_MAX})")
+    s.add_argument("--max-new-tokens", type=_positive, default=128)
+    s.add_argument("--temperature", type=_non_negative, default=0.0, help="0 = greedy")
+    s.add_argument("--top-p", type=_fraction, default=1.0, help="nucleus sampling mass, in (0, 1] (1 = off)")
+    s.add_argument("--seed", type=_count, default=0)
     s.add_argument("--target", default=None, help="HF model id or folder (default: embedded SmolLM2-135M-Instruct)")
     s.set_defaults(fn=cmd_generate)
 
@@ -394,13 +479,13 @@ def add_generate_parser(sub) -> None:
 def add_bench_parser(sub) -> None:
     s = sub.add_parser("bench", help="tokens/s and acceptance of ar, hf, eagle, peagle on the same prompts")
     s.add_argument("--methods", type=_methods, default=["ar", "hf", "eagle", "peagle"], help="comma list of ar,hf,eagle,peagle")
-    s.add_argument("--k", type=_ints, default=[3, 5, 7], help="draft lengths, e.g. 3,5,7")
+    s.add_argument("--k", type=_draft_lengths, default=[3, 5, 7], help="draft lengths, e.g. 3,5,7")
     _add_prompt_args(s)
-    s.add_argument("--temperature", type=float, default=0.0)
+    s.add_argument("--temperature", type=_non_negative, default=0.0)
     s.add_argument("--eagle-drafter", default=None)
     s.add_argument("--peagle-drafter", default=None)
     s.add_argument("--target", default=None)
-    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--seed", type=_count, default=0)
     s.add_argument("--batch-size", type=_ints, default=[1],
                    help="requests decoded together (greedy only), e.g. 1,4; tokens/s counts all of them")
     s.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda")
@@ -415,10 +500,10 @@ def add_bench_parser(sub) -> None:
                         "(torch, masked over every slot) or triton (peagle_lab's split kernel, cost follows the live slots)")
     s.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
                    help="target and drafter weights (float32 on CPUs without native bf16)")
-    s.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
+    s.add_argument("--time-budget", type=_above_zero, default=None, metavar="SECONDS",
                    help="start no new round of prompts after this many seconds (loading included); rows report the "
                         "prompts actually run (a round is lcm(batch sizes) prompts; the first always runs)")
-    s.add_argument("--hbm-gbps", type=float, default=4800.0,
+    s.add_argument("--hbm-gbps", type=_above_zero, default=4800.0,
                    help="memory bandwidth (GB/s) for the memory floor on CUDA (default: H200, 4800)")
     s.add_argument("--json", default=None, help="also write the result to this file")
     s.set_defaults(fn=cmd_bench)
@@ -427,23 +512,23 @@ def add_bench_parser(sub) -> None:
 def add_vllm_bench_parser(sub) -> None:
     s = sub.add_parser("vllm-bench", help="tokens/s and acceptance of ar, eagle, peagle in real vLLM, over K and concurrency")
     s.add_argument("--methods", type=_methods, default=["ar", "eagle", "peagle"], help="comma list of ar,eagle,peagle")
-    s.add_argument("--k", type=_ints, default=[3, 5, 7], help="draft lengths, e.g. 3,5,7 (one server each)")
+    s.add_argument("--k", type=_draft_lengths, default=[3, 5, 7], help="draft lengths, e.g. 3,5,7 (one server each)")
     s.add_argument("--concurrency", type=_ints, default=[1, 4], help="max requests in flight, e.g. 1,2,4,8")
     _add_prompt_args(s)
-    s.add_argument("--temperature", type=float, default=0.0)
+    s.add_argument("--temperature", type=_non_negative, default=0.0)
     s.add_argument("--dtype", default="float32", help="vLLM --dtype (float32 on CPUs without native bf16)")
     s.add_argument("--eagle-drafter", default=None, help="EAGLE-3 drafter: a folder or a Hugging Face id")
     s.add_argument("--peagle-drafter", default=None, help="P-EAGLE drafter: a folder or a Hugging Face id")
     s.add_argument("--target", default=None, help="HF folder or Hugging Face id vLLM serves "
                                                   "(default: the embedded SmolLM2, converted)")
-    s.add_argument("--max-model-len", type=int, default=2048)
-    s.add_argument("--gpu-memory-utilization", type=float, default=0.35,
+    s.add_argument("--max-model-len", type=_positive, default=2048)
+    s.add_argument("--gpu-memory-utilization", type=_fraction, default=0.35,
                    help="fraction of GPU (or CPU) memory vLLM may reserve (default 0.35)")
     s.add_argument("--compile", action="store_true", help="let vLLM compile the model instead of --enforce-eager")
     s.add_argument("--dry-run", action="store_true",
                    help="print the vLLM server command of every configuration (port 8000) and exit; starts nothing")
     s.add_argument("--logs", default=None, help="folder for server logs and vLLM bench results (default: a temp dir)")
-    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--seed", type=_count, default=0)
     s.add_argument("--json", default=None, help="also write the result to this file")
     s.set_defaults(fn=cmd_vllm_bench)
 
@@ -451,20 +536,21 @@ def add_vllm_bench_parser(sub) -> None:
 def add_regenerate_parser(sub) -> None:
     s = sub.add_parser("regenerate", help="training data: replies regenerated by the target, in resumable shards")
     s.add_argument("--prompts", default="sharegpt", help="sharegpt (default), mt-bench, humaneval or a .jsonl file")
-    s.add_argument("--num-prompts", type=int, default=2000)
-    s.add_argument("--skip-prompts", type=int, default=0, help="start after this many prompts (a second data set)")
-    s.add_argument("--max-prompt-tokens", type=int, default=384,
+    s.add_argument("--num-prompts", type=_positive, default=2000)
+    s.add_argument("--skip-prompts", type=_count, default=0, help="start after this many prompts (a second data set)")
+    s.add_argument("--max-prompt-tokens", type=_positive, default=384,
                    help="longest prompt (with --all-turns: longest context) asked; longer first turns are shortened, "
                         "longer later contexts end the conversation")
     s.add_argument("--all-turns", action="store_true",
                    help="answer every human turn of each conversation (ShareGPT, or a JSONL file's \"turns\" lists), "
                         "turn by turn, with the target's own earlier replies in context (one sample per turn)")
-    s.add_argument("--out", required=True, help="folder for shard-*.pt (existing shards are kept)")
-    s.add_argument("--max-new-tokens", type=int, default=256)
-    s.add_argument("--batch-size", type=int, default=16)
-    s.add_argument("--shard-size", type=int, default=256)
-    s.add_argument("--temperature", type=float, default=0.0)
-    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--out", required=True, help="folder for shard-*.pt; a rerun with the same settings resumes it, "
+                                                "other settings are refused (regenerate.json records them)")
+    s.add_argument("--max-new-tokens", type=_positive, default=256)
+    s.add_argument("--batch-size", type=_positive, default=16)
+    s.add_argument("--shard-size", type=_positive, default=256)
+    s.add_argument("--temperature", type=_non_negative, default=0.0)
+    s.add_argument("--seed", type=_count, default=0)
     s.add_argument("--target", default=None)
     s.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda")
     s.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
@@ -481,22 +567,28 @@ def add_train_parser(sub) -> None:
     s.add_argument("--method", default=D.method, choices=["peagle", "eagle"])
     s.add_argument("--data", required=True, help="folder written by `peagle-lab regenerate`")
     s.add_argument("--out", required=True, help="run folder (checkpoint.pt lives here)")
-    s.add_argument("--export", default=None, help="drafter folder to write (default OUT/drafter)")
+    s.add_argument("--export", default=None, help="drafter folder to write (default OUT/drafter): new, empty or an "
+                                                   "earlier export")
+    s.add_argument("--overwrite", action="store_true",
+                   help="let --export replace a folder peagle-lab did not write (its files are deleted)")
     s.add_argument("--export-dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
-    s.add_argument("--num-layers", type=int, default=D.num_layers)
-    s.add_argument("--intermediate-size", type=int, default=D.intermediate_size)
-    s.add_argument("--draft-vocab-size", type=int, default=D.draft_vocab_size)
-    s.add_argument("--max-depth", type=int, default=D.max_depth, help="train depths 0..D-1 (valid for K <= D)")
-    s.add_argument("--cod-ratio", type=float, default=D.cod_ratio)
-    s.add_argument("--steps", type=int, default=D.steps)
-    s.add_argument("--batch-size", type=int, default=D.batch_size, help="conversations per optimiser step")
-    s.add_argument("--max-len", type=int, default=D.max_len)
-    s.add_argument("--segments", type=int, default=D.num_segments, help="sequence partitioning: segments per packed sequence")
-    s.add_argument("--lr", type=float, default=D.lr)
-    s.add_argument("--warmup-steps", type=int, default=D.warmup_steps)
-    s.add_argument("--checkpoint-every", type=int, default=D.checkpoint_every)
-    s.add_argument("--max-minutes", type=float, default=None, help="shorten the run to fit this wall time")
-    s.add_argument("--stop-after", type=int, default=None,
+    s.add_argument("--num-layers", type=_positive, default=D.num_layers)
+    s.add_argument("--intermediate-size", type=_positive, default=D.intermediate_size)
+    s.add_argument("--draft-vocab-size", type=_positive, default=D.draft_vocab_size)
+    s.add_argument("--max-depth", type=_draft_length, default=D.max_depth,
+                   help="train depths 0..D-1 (valid for K <= D)")
+    s.add_argument("--cod-ratio", type=_float_range(0, 1), default=D.cod_ratio,
+                   help="share of each depth's elements kept for the next (COD sampling), in [0, 1]")
+    s.add_argument("--steps", type=_positive, default=D.steps)
+    s.add_argument("--batch-size", type=_positive, default=D.batch_size, help="conversations per optimiser step")
+    s.add_argument("--max-len", type=_int_range(2), default=D.max_len, help="tokens per conversation (longer are cut)")
+    s.add_argument("--segments", type=_positive, default=D.num_segments,
+                   help="sequence partitioning: segments per packed sequence")
+    s.add_argument("--lr", type=_above_zero, default=D.lr)
+    s.add_argument("--warmup-steps", type=_count, default=D.warmup_steps)
+    s.add_argument("--checkpoint-every", type=_positive, default=D.checkpoint_every)
+    s.add_argument("--max-minutes", type=_above_zero, default=None, help="shorten the run to fit this wall time")
+    s.add_argument("--stop-after", type=_positive, default=None,
                    help="stop after this many steps of this launch (a rehearsed interruption: the same command "
                         "resumes from the last checkpoint towards --steps)")
     s.add_argument("--layout", default=D.layout, choices=["packed", "padded"],
@@ -512,19 +604,19 @@ def add_train_parser(sub) -> None:
     s.add_argument("--init-from", default=None,
                    help="start from an exported drafter folder (fine-tuning): its layers, width, vocabulary and depth "
                         "replace --num-layers, --intermediate-size, --draft-vocab-size and --max-depth")
-    s.add_argument("--mask-token-id", type=int, default=D.mask_token_id,
+    s.add_argument("--mask-token-id", type=_count, default=D.mask_token_id,
                    help="P-EAGLE's mask token (default: an id real text never produces; SmolLM2: 16, <empty_output>)")
     s.add_argument("--frozen-mask-embedding", action="store_true",
                    help="keep the mask token's embedding row frozen at the target's (default: learn it, as the paper does)")
-    s.add_argument("--hidden-noise", type=float, default=D.hidden_noise,
+    s.add_argument("--hidden-noise", type=_non_negative, default=D.hidden_noise,
                    help="uniform noise in [-a, a] on the target's features while training (public trainers: 0.05)")
-    s.add_argument("--val-prompts", type=int, default=0,
+    s.add_argument("--val-prompts", type=_count, default=0,
                    help="at each checkpoint, replay greedy decoding on this many prompts and log the validation AL "
                         "(equal to the engine's; one drafter pass per reply)")
     s.add_argument("--val-set", default="mt-bench", help="prompt set of the validation AL")
-    s.add_argument("--val-tokens", type=int, default=128, help="new tokens per validation reply")
-    s.add_argument("--val-k", type=int, default=D.val_k, help="K of the validation AL")
-    s.add_argument("--seed", type=int, default=D.seed)
+    s.add_argument("--val-tokens", type=_positive, default=128, help="new tokens per validation reply")
+    s.add_argument("--val-k", type=_draft_length, default=D.val_k, help="K of the validation AL")
+    s.add_argument("--seed", type=_count, default=D.seed)
     s.add_argument("--target", default=None)
     s.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda")
     s.set_defaults(fn=cmd_train)
@@ -534,7 +626,8 @@ def add_check_parser(sub) -> None:
     s = sub.add_parser("check", help="validate a drafter against a target and probe its acceptance")
     s.add_argument("drafter")
     s.add_argument("--target", default=None)
-    s.add_argument("--k", type=int, default=None)
+    s.add_argument("--k", type=_draft_length, default=None,
+                   help="K of the acceptance probe (default: the trained depth of a P-EAGLE drafter, else 3)")
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_check)
 
@@ -550,8 +643,8 @@ def add_materialise_parser(sub) -> None:
 def add_eval_parser(sub) -> None:
     s = sub.add_parser("eval", help="acceptance of drafters on a prompt set at T=0, replayed offline (the engine's numbers, faster)")
     s.add_argument("drafters", nargs="+", help="drafter folders, shipped names (peagle-smollm2, eagle-smollm2) or NAME=FOLDER")
-    _add_prompt_args(s, num_prompts=80, count=_positive, num_help="prompts to score (default 80: all of MT-Bench)")
-    s.add_argument("--k", type=_positive, default=7, help="draft tokens per step")
+    _add_prompt_args(s, num_prompts=80, num_help="prompts to score (default 80: all of MT-Bench)")
+    s.add_argument("--k", type=_draft_length, default=7, help="draft tokens per step")
     s.add_argument("--target", default=None)
     s.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda")
     s.add_argument("--json", default=None, help="also write the results to this file")
@@ -561,15 +654,87 @@ def add_eval_parser(sub) -> None:
 def add_export_speculators_parser(sub) -> None:
     s = sub.add_parser("export-speculators", help="write a drafter in the speculators format (vLLM >= 0.33 reads it)")
     s.add_argument("drafter", help="drafter folder in vLLM's EAGLE-3 layout")
-    s.add_argument("out", help="new folder for the speculators-format copy")
+    s.add_argument("out", help="new folder for the speculators-format copy (or an empty one, or an earlier export)")
+    s.add_argument("--overwrite", action="store_true",
+                   help="let OUT replace a folder peagle-lab did not write (its files are deleted)")
     s.add_argument("--verifier", default=None, help="target name recorded in the config (default: the target's)")
-    s.add_argument("--k", type=int, default=None, help="speculative tokens (default: trained depth, else 3)")
+    s.add_argument("--k", type=_draft_length, default=None, help="speculative tokens (default: trained depth, else 3)")
     s.add_argument("--target", default=None)
     s.set_defaults(fn=cmd_export_speculators)
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with its complaint on one line: the command, the flag and what the flag accepts (exit 2)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _folder_fault(value: str, what: str = "drafter") -> str | None:
+    """Why ``value`` is not a local model folder (with config.json), or None when it is one."""
+    from pathlib import Path
+
+    path = Path(value).expanduser()
+    if not path.exists():
+        return f"{value}: no such folder"
+    if not (path / "config.json").is_file():
+        return f"{value} has no config.json: not a {what} folder"
+    return None
+
+
+def _check_paths(p: argparse.ArgumentParser, args) -> None:
+    """Local folders a command reads must exist before any model loads (exit 2 with the flag named)."""
+    from pathlib import Path
+
+    local = {"generate": ["drafter"], "bench": ["eagle_drafter", "peagle_drafter"], "materialise": ["drafter"],
+             "export-speculators": ["drafter"], "train": ["init_from"]}.get(args.command, [])
+    for name in local:
+        value = getattr(args, name, None)
+        fault = value and _folder_fault(value)
+        if value and not fault and args.command != "materialise":      # weights load_drafter reads: intact?
+            from .check import folder_problems
+
+            fault = next(iter(folder_problems(Path(value).expanduser())), None)
+        if fault:
+            flag = "drafter" if name == "drafter" and args.command != "generate" else "--" + name.replace("_", "-")
+            p.error(f"{flag} {fault}")
+    if args.command == "vllm-bench":                    # a Hugging Face id passes; a missing local path does not
+        from .serving.server import is_hub_id
+
+        for name in ("eagle_drafter", "peagle_drafter"):
+            value = getattr(args, name)
+            fault = value and not is_hub_id(value) and _folder_fault(value)
+            if fault:
+                p.error(f"--{name.replace('_', '-')} {fault} (nor a Hugging Face id owner/name)")
+    if args.command == "check" and not Path(args.drafter).expanduser().is_dir():
+        p.error(f"drafter {args.drafter}: no such folder")
+    if args.command == "train" and not any(Path(args.data).expanduser().glob("shard-*.pt")):
+        p.error(f"--data {args.data}: no shard-*.pt files there (write them with `peagle-lab regenerate --out "
+                f"{args.data}`)")
+    if getattr(args, "prompts", None):
+        from .prompts import _set_path
+
+        name, path = _set_path(args.prompts)
+        if name is None and not path.expanduser().is_file():
+            p.error(f"--prompts {args.prompts}: neither mt-bench, humaneval, sharegpt nor an existing .jsonl file")
+
+
+def check_args(parser: argparse.ArgumentParser, args) -> None:
+    """Rules that join several flags (argparse types check each flag alone) and the local folders a command
+    reads; ``error`` exits 2 with one line naming the command and the flag, before any model loads."""
+    subs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    p = subs.choices[args.command]
+    if args.command == "generate" and args.method != "ar" and not args.drafter:
+        p.error(f"--method {args.method} needs --drafter FOLDER (a drafter checkpoint; or use --method ar)")
+    if args.command == "train" and args.method == "peagle" and args.val_prompts and not args.init_from \
+            and args.val_k > args.max_depth:
+        p.error(f"--val-k {args.val_k} exceeds --max-depth {args.max_depth}: a P-EAGLE drafter drafts at most "
+                "the depths it was trained on")
+    _check_paths(p, args)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="peagle-lab", description="Learn, train and serve P-EAGLE parallel speculative decoding.")
+    p = _Parser(prog="peagle-lab", description="Learn, train and serve P-EAGLE parallel speculative decoding.")
     sub = p.add_subparsers(dest="command", required=True)
     for add in (add_info_parser, add_generate_parser, add_bench_parser, add_vllm_bench_parser, add_regenerate_parser,
                 add_train_parser, add_check_parser, add_materialise_parser, add_eval_parser, add_export_speculators_parser):
@@ -578,10 +743,25 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Parse, check the flags together (both exit 2 before any model loads), run the command. A refusal from the
+    library (ValueError, FileNotFoundError, a missing asset) ends in one line and exit 2; PEAGLE_TRACEBACK=1
+    shows the traceback instead."""
+    import os
+
+    from .assets import AssetMissing
+
     argv = sys.argv[1:] if argv is None else argv
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     args.argv = argv
-    return args.fn(args)
+    check_args(parser, args)
+    try:
+        return args.fn(args)
+    except (ValueError, FileNotFoundError, AssetMissing) as err:
+        if os.environ.get("PEAGLE_TRACEBACK"):
+            raise
+        print(f"peagle-lab {args.command}: {' '.join(str(err).split())}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 if __name__ == "__main__":

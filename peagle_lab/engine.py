@@ -55,6 +55,41 @@ class SpecResult(Generation):
     steps: list[Step] = field(default_factory=list)
 
 
+def context_limit(target) -> int | None:
+    """The most positions the target was built for (``max_position_embeddings``), or None when unknown."""
+    limit = getattr(getattr(target, "config", None), "max_position_embeddings", None)
+    return int(limit) if limit else None
+
+
+def check_context(target, prompt_len: int, max_new_tokens: int, k: int = 0) -> None:
+    """Refuse a request that would run past the target's context window (every engine calls this).
+
+    The cache holds the prompt, the reply and, while verifying, up to ``k`` drafts ahead of it, so
+    ``prompt_len + max_new_tokens + k`` must not exceed ``max_position_embeddings``.
+    """
+    limit = context_limit(target)
+    need = prompt_len + max_new_tokens + k
+    if limit is not None and need > limit:
+        drafts = f" + K ({k}) draft slots" if k else ""
+        raise ValueError(f"prompt ({prompt_len} tokens) + max_new_tokens ({max_new_tokens}){drafts} = {need} positions "
+                         f"exceeds the target's context (max_position_embeddings {limit}); shorten the prompt "
+                         f"to at most {max(0, limit - max_new_tokens - k)} tokens or lower max_new_tokens")
+
+
+def check_request(target, prompt_ids, max_new_tokens: int, k: int = 0, temperature: float = 0.0,
+                  top_p: float = 1.0) -> None:
+    """The checks one request gets in every engine: a prompt, a budget, sampling settings, the context."""
+    if len(prompt_ids) == 0:
+        raise ValueError("prompt_ids is empty: pass at least one token (e.g. target.chat_ids(text))")
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    if temperature < 0:
+        raise ValueError(f"temperature must be >= 0 (0 = greedy), got {temperature}")
+    if not 0 < top_p <= 1:
+        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+    check_context(target, len(prompt_ids), max_new_tokens, k)
+
+
 def _finish(tokens: list[int], max_new_tokens: int, eos: tuple[int, ...]) -> tuple[list[int], bool]:
     """Cut at the token budget and after the first EOS; say whether generation is over."""
     for i, t in enumerate(tokens[:max_new_tokens]):
@@ -70,6 +105,7 @@ def generate(target: Target, prompt_ids: list[int], *, method: str = "peagle", d
     """Generate up to ``max_new_tokens`` after ``prompt_ids`` with the chosen method."""
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
+    check_request(target, prompt_ids, max_new_tokens, k if method != "ar" else 0, temperature, top_p)
     if method == "ar":
         with sdpa_without_cudnn(target.device):          # the same attention backends as the speculative loop
             g = target.generate(prompt_ids, max_new_tokens, temperature=temperature, top_p=top_p, seed=seed,

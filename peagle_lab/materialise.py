@@ -11,7 +11,9 @@ any other P-EAGLE drafter).
 
 The folder lives in the cache beside the converted target (``$PEAGLE_CACHE/drafters/``), is
 named by a hash of the drafter's files and of the target's embedding, and is written atomically
-(a temp folder renamed into place), so a crash never leaves a half-written drafter behind. A
+(a temp folder renamed into place), so a crash never leaves a half-written drafter behind; it only
+ever writes into its own cache folder (a folder there that peagle-lab did not write is refused, never
+deleted), and the drafter folder it reads is left as it is. A
 target whose embedding differs from the one the drafter was trained with is refused: the
 drafter's other weights were fitted to that table.
 """
@@ -27,7 +29,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from .assets import _locked, cache_dir
-from .atomic import atomic_dir
+from .atomic import MARKER, atomic_dir
 
 FINGERPRINT_KEY = "peagle_target_embedding_sha256"
 
@@ -67,7 +69,7 @@ def target_embedding(target) -> torch.Tensor:
 def _digest(path: Path, fingerprint: str) -> str:
     h = hashlib.sha256(fingerprint.encode())
     for f in sorted(path.iterdir()):
-        if f.suffix in (".json", ".safetensors"):
+        if f.suffix in (".json", ".safetensors") and f.name != MARKER:   # the marker's time is no part of it
             h.update(f.name.encode())
             h.update(f.read_bytes())
     return h.hexdigest()[:16]
@@ -94,7 +96,7 @@ def materialise_for_vllm(path: str | os.PathLike, target) -> Path:
     dest = cache_dir() / "drafters" / f"{path.name}-{_digest(path, fingerprint)}"
     if (dest / "config.json").exists():
         return dest
-    with _locked(dest.with_suffix(".lock")):
+    with _locked(dest.with_name(dest.name + ".lock")):       # with_suffix would cut a name holding a dot
         if not (dest / "config.json").exists():
             _write(path, dest, config, embedding)
     return dest
@@ -110,9 +112,10 @@ def _write(src: Path, dest: Path, config: dict, embedding: torch.Tensor) -> None
     table[mask_id] = row.to(table.dtype)                                   # exact: bf16 -> fp32 loses nothing
     tensors["embed_tokens.weight"] = table.contiguous()
     dest.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_dir(dest) as tmp:
+    # only into a new, empty or peagle-lab-written folder: a cache folder holding anything else is refused
+    with atomic_dir(dest, flag=None, note=f"materialised from {src}") as tmp:
         save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
         (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
         for extra in src.iterdir():                                          # training.json and the like
-            if extra.is_file() and extra.name != "config.json" and extra.suffix != ".safetensors":
+            if extra.is_file() and extra.name not in ("config.json", MARKER) and extra.suffix != ".safetensors":
                 shutil.copy2(extra, tmp / extra.name)

@@ -20,11 +20,13 @@ def random_drafter(target, *, parallel: bool, num_layers: int = 1, draft_vocab_s
     return d.to(target.device).eval()           # the target's device (PEAGLE_TEST_DEVICE=cuda runs on a GPU)
 
 
-def tiny_target(vocab: int = 8, seed: int = 0, logit_scale: float = 1.0, head_dim: int = 8, layers: int = 5) -> Target:
+def tiny_target(vocab: int = 8, seed: int = 0, logit_scale: float = 1.0, head_dim: int = 8, layers: int = 5,
+                context: int = 256) -> Target:
+    """A random 32-wide Llama; ``context`` is its max_position_embeddings (the engines refuse longer requests)."""
     heads = 32 // head_dim                       # hidden 32; compiled flex attention needs head_dim >= 16
     cfg = LlamaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
                       num_attention_heads=heads, num_key_value_heads=max(1, heads // 2), head_dim=head_dim,
-                      max_position_embeddings=64,
+                      max_position_embeddings=context,
                       tie_word_embeddings=False, eos_token_id=None, bos_token_id=None, pad_token_id=None)
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)

@@ -28,7 +28,8 @@ def references(target, mtbench_ids):
 
 
 @pytest.mark.parametrize("method", ["eagle", "peagle"])
-@pytest.mark.parametrize("k", range(1, 9))
+@pytest.mark.parametrize("k", [k if k in (1, 5) else pytest.param(k, marks=pytest.mark.slow)   # the rest: make test
+                               for k in range(1, 9)])
 def test_greedy_speculative_equals_ar(target, mtbench_ids, references, drafters, method, k):
     for ids, ref in zip(mtbench_ids[:2], references):
         out = generate(target, ids, method=method, drafter=drafters[method], k=k, max_new_tokens=40)

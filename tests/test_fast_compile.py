@@ -22,6 +22,8 @@ from peagle_lab.engine import generate
 from peagle_lab.fast import StaticTarget, generate_fast
 from peagle_lab.fast.graphs import compile_step
 
+pytestmark = pytest.mark.slow           # torch.compile: `make test` runs these, `make test-fast` does not
+
 DEVICE = torch.device(os.environ.get("PEAGLE_TEST_DEVICE", "cpu"))
 PROMPT = [1, 5, 2, 7, 3]
 NEW, K, MAX_LEN = 24, 3, 64

@@ -84,7 +84,8 @@ def test_fast_ar_equals_ar(target, mtbench_ids, ar_refs):
 
 
 @pytest.mark.parametrize("method", ["eagle", "peagle"])
-@pytest.mark.parametrize("k", [1, 3, 7])
+@pytest.mark.parametrize("k", [pytest.param(1, marks=pytest.mark.slow), 3,     # K 1 and 7: make test
+                               pytest.param(7, marks=pytest.mark.slow)])
 def test_fast_speculative_equals_ar_and_teaching_stats(target, mtbench_ids, ar_refs, shipped_drafters, method, k):
     ids, drafter = mtbench_ids[0], shipped_drafters[method]
     fast = generate_fast(target, ids, method=method, drafter=drafter, k=k, max_new_tokens=NEW, max_len=MAX_LEN)
@@ -160,6 +161,7 @@ def test_fast_random_drafters_float64():
             assert out.acceptance.to_dict() == teach.acceptance.to_dict(), (method, k)
 
 
+@pytest.mark.slow                     # minutes on a 2-core CPU: `make test` runs it, `make test-fast` does not
 @pytest.mark.parametrize("method", ["eagle", "peagle"])
 def test_bucketed_prompt_pass_equals_ar(target, mtbench_ids, ar_refs, shipped_drafters, method):
     """The prompt's pass padded to its bucket (what CUDA captures per bucket; eager here): the same tokens as AR and

@@ -168,15 +168,19 @@ def test_ablation_table_schema_and_sources():
     assert all(not r["measured"] and r["why"] for r in table["not_measured"])
 
 
-def test_materialise_command_prints_the_folder_vllm_loads(target, tmp_path, capsys):
+def test_materialise_command_prints_the_folder_vllm_loads(target, tmp_path, capsys, monkeypatch):
     from pathlib import Path
 
+    from peagle_lab.assets import smollm2_dir
     from peagle_lab.cli import main
     from test_serving import learned_row_drafter
 
     stored = learned_row_drafter(target, tmp_path / "stored")
-    assert main(["materialise", str(stored)]) == 0
+    hf_folder = smollm2_dir()                            # the converted target, found before the cache moves
+    monkeypatch.setenv("PEAGLE_CACHE", str(tmp_path / "cache"))   # the ~110 MB materialised copy goes here
+    assert main(["materialise", str(stored), "--target", str(hf_folder)]) == 0
     out = Path(capsys.readouterr().out.strip().splitlines()[-1])
+    assert out.is_relative_to(tmp_path / "cache")
     emb = load_file(str(out / "model.safetensors"))["embed_tokens.weight"]
     row = load_file(str(stored / "model.safetensors"))["mask_embedding"][0]
     assert out != stored and torch.equal(emb[16], row.to(emb.dtype))

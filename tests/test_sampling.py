@@ -57,6 +57,7 @@ def chi2_pvalue(target, drafter, method, n=3000, k=3):
     return chisquare(obs, np.array(exp) * sum(obs) / sum(exp)).pvalue, accepted / drafts
 
 
+@pytest.mark.slow                     # minutes on a 2-core CPU: `make test` runs it, `make test-fast` does not
 @pytest.mark.parametrize("method", ["eagle", "peagle"])
 def test_speculative_sampling_matches_target(tiny, method):
     drafter = random_drafter(tiny, parallel=method == "peagle", num_layers=2, seed=5, scale=60.0)

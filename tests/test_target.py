@@ -58,10 +58,46 @@ def test_greedy_ar_equals_transformers_generate(target, mtbench_ids):
         assert len(ours.tokens) > 0
 
 
+def _nucleus(logits: torch.Tensor, temperature: float, top_p: float, slack: float = 1e-4) -> set[int]:
+    """The top-p set, worked out here on its own: the most likely tokens, in order, while the mass before each
+    is still below top_p (``slack`` keeps a token that sits on the boundary up to rounding)."""
+    probs = torch.softmax(logits.double() / temperature, dim=-1)
+    order = probs.argsort(descending=True)
+    before = probs[order].cumsum(0) - probs[order]
+    return set(order[before < top_p + slack].tolist())
+
+
+def _sampled(tgt, prompt: list[int], n: int, temperature: float, top_p: float, seed: int):
+    """(tokens, logits per step): the sampled reply, and each step's logits from one full forward pass (no cache)."""
+    out = tgt.generate(prompt, n, temperature=temperature, top_p=top_p, seed=seed, stop_at_eos=False)
+    ids = torch.tensor(prompt + out.tokens[:-1], device=tgt.device)
+    with torch.inference_mode():
+        logits = tgt.model(ids[None]).logits[0, len(prompt) - 1:].float().cpu()
+    return out.tokens, logits
+
+
 def test_sampling_is_seeded_and_respects_top_p(target, mtbench_ids):
     a = target.generate(mtbench_ids[0], 16, temperature=0.8, top_p=0.9, seed=3)
     b = target.generate(mtbench_ids[0], 16, temperature=0.8, top_p=0.9, seed=3)
     assert a.tokens == b.tokens
+    for seed in (3, 4):                                   # the real target: every token inside its step's nucleus
+        tokens, logits = _sampled(target, mtbench_ids[0], 16, 0.8, 0.5, seed)
+        assert all(tok in _nucleus(logits[i], 0.8, 0.5) for i, tok in enumerate(tokens))
+
+
+def test_top_p_keeps_every_sample_inside_the_nucleus():
+    """A flat tiny target: with top_p=0.3 all 40 samples lie in their step's nucleus, a small part of the
+    vocabulary; the same draws with top-p off land outside it most of the time (the check can fail)."""
+    from helpers import tiny_target
+
+    tgt = tiny_target(vocab=64, logit_scale=0.3)
+    tokens, logits = _sampled(tgt, [1, 2, 3, 4], 40, 1.0, 0.3, seed=0)
+    nuclei = [_nucleus(logits[i], 1.0, 0.3) for i in range(len(tokens))]
+    assert all(tok in nucleus for tok, nucleus in zip(tokens, nuclei))
+    assert max(len(nucleus) for nucleus in nuclei) < 32
+    tokens, logits = _sampled(tgt, [1, 2, 3, 4], 40, 1.0, 1.0, seed=0)
+    outside = sum(tok not in _nucleus(logits[i], 1.0, 0.3) for i, tok in enumerate(tokens))
+    assert outside >= 10
 
 
 def _tiny(config_cls, **kw):

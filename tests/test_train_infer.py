@@ -53,6 +53,7 @@ def test_training_logits_equal_engine_logits(target, mtbench_ids, method):
         assert torch.equal(got.argmax(-1), want.argmax(-1))
 
 
+@pytest.mark.slow                     # minutes on a 2-core CPU: `make test` runs it, `make test-fast` does not
 @pytest.mark.parametrize("method", ["peagle", "eagle"])
 def test_replay_gives_the_engines_steps(target, mtbench_ids, method):
     """Replaying the greedy reply through the training graph predicts every step of the engine."""

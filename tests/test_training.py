@@ -146,6 +146,7 @@ def _close(a: torch.Tensor, b: torch.Tensor, rel: float) -> bool:
     return bool((a.double() - b.double()).abs().max() <= rel * b.double().abs().max().clamp_min(1e-12))
 
 
+@pytest.mark.slow                     # torchrun, 2 processes: `make test` runs it, `make test-fast` does not
 @pytest.mark.parametrize("method", ["peagle", "eagle"])
 def test_two_process_gradients_are_the_single_process_gradient(ddp_runs, method):
     """One step under torchrun: each process holds the gradient of its share of the global batch (every
@@ -183,6 +184,7 @@ def test_two_process_gradients_are_the_single_process_gradient(ddp_runs, method)
     assert not _close(r0["local"][big], want[big], 0.05) and not _close(r1["local"][big], want[big], 0.05)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["peagle", "eagle"])
 def test_two_process_training_equals_one_process(ddp_runs, method):
     """torchrun with 2 processes (gloo on CPUs; NCCL or gloo on CUDA) takes the same optimiser steps as one process."""

@@ -30,7 +30,7 @@ import torch
 from ..compat import check_compatible
 from ..device import sdpa_without_cudnn
 from ..drafter import Eagle3Drafter
-from ..engine import METHODS, SpecResult, Step, StepTimes, _finish, generate
+from ..engine import METHODS, SpecResult, Step, StepTimes, _finish, check_request, generate
 from ..stats import AcceptanceStats
 from ..target import Target
 from .draft import StaticDrafterCache, draft_static
@@ -274,10 +274,7 @@ def generate_fast(target: Target, prompt_ids: list[int], *, method: str = "peagl
                        temperature=temperature, top_p=top_p, seed=seed, stop_at_eos=stop_at_eos)
         out.stats["engine"] = "teaching (the fast engine is greedy only; sampling falls back)"
         return out
-    if max_new_tokens < 1:
-        raise ValueError("max_new_tokens must be >= 1")
-    if not prompt_ids:
-        raise ValueError("prompt_ids is empty: pass at least one token (e.g. target.chat_ids(text))")
+    check_request(target, prompt_ids, max_new_tokens, k if method != "ar" else 0, temperature, top_p)
     if method != "ar":
         if drafter is None:
             raise ValueError(f"method {method!r} needs a drafter (pass drafter=load_drafter(...))")

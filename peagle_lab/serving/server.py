@@ -3,10 +3,17 @@
 The server is started through ``sys.executable`` (never a bare ``vllm`` on PATH) in its own
 process group on 127.0.0.1 and a free port; its log goes to a file; health is awaited with a
 timeout; and leaving the ``with`` block -- normally, on an exception, or on a notebook interrupt
--- stops the whole process tree (vLLM starts engine-core and worker processes).
+-- stops the whole process tree (vLLM starts engine-core and worker processes). So do a SIGTERM or
+SIGHUP to this process and its normal exit (``atexit``): no server outlives the process that
+started it (a SIGKILL cannot be caught; then the group is left to the operating system).
+
+Healthy means *this* server answered: its own process is alive and the port's ``/v1/models``
+lists the model it was started with. Any other process that happens to answer on the port (a
+``200`` from something else) is not taken for it.
 """
 from __future__ import annotations
 
+import atexit
 import importlib.util
 import json
 import os
@@ -16,6 +23,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from dataclasses import dataclass, field, replace
@@ -108,29 +116,81 @@ def serve_command(cfg: ServeConfig, port: int) -> list[str]:
     return cmd + list(cfg.extra_args)
 
 
-class VLLMServer:
-    """``with VLLMServer(cfg) as server: server.complete(ids, 32)``."""
+# ----------------------------------------------------------------------------- no server outlives its parent
+PARENT_SIGNALS = tuple(getattr(signal, n) for n in ("SIGTERM", "SIGHUP") if hasattr(signal, n))
+_LIVE: set["ServerProcess"] = set()                  # started and not yet stopped
+_PREVIOUS: dict[int, object] = {}                    # the handlers ours replaced, by signal
 
-    def __init__(self, cfg: ServeConfig, startup_timeout: float = 600.0, log_path: str | None = None):
-        if importlib.util.find_spec("vllm") is None:
-            raise RuntimeError(f"vLLM is not installed; {VLLM_INSTALL}")
-        if cfg.method != "ar":
-            check_drafter_config(cfg.drafter, cfg.target, cfg.method, cfg.k)
-            # a drafter storing only its learned mask row is served as the target's table with that row in
-            # place; a Hugging Face id is served as published (its checkpoint holds a full embedding)
-            if not is_hub_id(cfg.drafter):
-                cfg = replace(cfg, drafter=str(materialise_for_vllm(cfg.drafter, cfg.target)))
-        self.cfg, self.timeout = cfg, startup_timeout
-        self.port = free_port()
+
+def stop_all_servers() -> None:
+    """Stop every server this process started and has not stopped (runs at exit and on SIGTERM / SIGHUP)."""
+    for server in list(_LIVE):
+        server.stop()
+
+
+def _on_parent_signal(signum, frame) -> None:
+    previous = _PREVIOUS.get(signum, signal.SIG_DFL)
+    stop_all_servers()                               # also puts the previous handlers back
+    if callable(previous):
+        previous(signum, frame)
+    elif previous != signal.SIG_IGN:                 # the default action (end the process), as without us
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+
+def _install_handlers() -> None:
+    """Chain our handler in front of SIGTERM's and SIGHUP's (main thread only; an ignored signal stays ignored)."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for sig in PARENT_SIGNALS:
+        current = signal.getsignal(sig)
+        if sig in _PREVIOUS or current in (signal.SIG_IGN, _on_parent_signal):
+            continue
+        _PREVIOUS[sig] = signal.SIG_DFL if current is None else current
+        signal.signal(sig, _on_parent_signal)
+
+
+def _restore_handlers() -> None:
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for sig, previous in list(_PREVIOUS.items()):
+        if signal.getsignal(sig) is _on_parent_signal:
+            signal.signal(sig, previous)
+        del _PREVIOUS[sig]
+
+
+atexit.register(stop_all_servers)
+
+
+class ServerProcess:
+    """An OpenAI-compatible server as a subprocess: ``command`` listens on 127.0.0.1:``port`` and serves ``model``.
+
+    It runs in a process group of its own, which :meth:`stop` ends (SIGTERM, then SIGKILL) -- so does leaving
+    the ``with`` block, a SIGTERM / SIGHUP to this process, or this process's exit. Healthy
+    (:meth:`health_problem` is None) means the process we started is alive *and* ``/v1/models`` on its port
+    lists ``model``: another process answering on the port is never taken for it."""
+
+    label = "server"
+
+    def __init__(self, command: list[str], port: int, model: str, startup_timeout: float = 600.0,
+                 log_path: str | None = None, env: dict | None = None):
+        self.command, self.port, self.model, self.timeout = list(command), port, model, startup_timeout
         self.url = f"http://127.0.0.1:{self.port}"
-        self.log_path = Path(log_path or tempfile.mkstemp(prefix="vllm-", suffix=".log")[1])
+        self.log_path = Path(log_path or tempfile.mkstemp(prefix="server-", suffix=".log")[1])
+        self.env = env
         self.proc: subprocess.Popen | None = None
 
-    def __enter__(self) -> "VLLMServer":
-        env = dict(os.environ, VLLM_LOGGING_LEVEL=os.environ.get("VLLM_LOGGING_LEVEL", "WARNING"))
+    def start(self) -> "ServerProcess":
         self._log = open(self.log_path, "w")
-        self.proc = subprocess.Popen(serve_command(self.cfg, self.port), stdout=self._log, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+        try:
+            self.proc = subprocess.Popen(self.command, stdout=self._log, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL, env=self.env, start_new_session=True)
+        except BaseException:
+            self._log.close()
+            raise
+        self.pgid = self.proc.pid                        # start_new_session: the group id is the leader's pid
+        _LIVE.add(self)
+        _install_handlers()
         try:
             self._wait_healthy()
         except BaseException:
@@ -138,36 +198,62 @@ class VLLMServer:
             raise
         return self
 
+    def __enter__(self) -> "ServerProcess":
+        return self.start()
+
     def __exit__(self, *exc) -> None:
         self.stop()
 
+    def health_problem(self) -> str | None:
+        """None when this server is healthy; otherwise what is wrong, in words."""
+        proc = self.proc
+        if proc is None:
+            return f"the {self.label} is not running (never started, or stopped)"
+        if proc.poll() is not None:
+            return f"the {self.label} process {proc.pid} exited with code {proc.returncode}"
+        try:
+            with urllib.request.urlopen(self.url + "/v1/models", timeout=2) as r:
+                listed = [m.get("id") for m in json.loads(r.read())["data"]]
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
+            return f"{self.url}/v1/models gave no model list ({type(err).__name__}: {err})"
+        if self.model not in listed:
+            return (f"{self.url} answers with models {listed[:3]}, not {self.model!r}: another process holds "
+                    f"port {self.port}")
+        if proc.poll() is not None:                      # it may have died while the port answered
+            return f"the {self.label} process {proc.pid} exited with code {proc.returncode}"
+        return None
+
+    def healthy(self) -> bool:
+        return self.health_problem() is None
+
     def _wait_healthy(self) -> None:
-        deadline = time.monotonic() + self.timeout
+        deadline, problem = time.monotonic() + self.timeout, None
         while time.monotonic() < deadline:
+            problem = self.health_problem()
+            if problem is None:
+                return
             if self.proc.poll() is not None:
-                raise RuntimeError(f"vLLM exited with code {self.proc.returncode} while starting; log {self.log_path}:\n"
-                                   + self.log_path.read_text()[-3000:])
-            try:
-                with urllib.request.urlopen(self.url + "/health", timeout=2) as r:
-                    if r.status == 200:
-                        return
-            except OSError:
-                pass
-            time.sleep(1.0)
-        raise TimeoutError(f"vLLM did not become healthy within {self.timeout:.0f} s; log {self.log_path}")
+                raise RuntimeError(f"{self.label} exited with code {self.proc.returncode} while starting; log "
+                                   f"{self.log_path}:\n" + self.log_path.read_text()[-3000:])
+            time.sleep(0.5)
+        raise TimeoutError(f"{self.label} did not become healthy within {self.timeout:.0f} s ({problem}); "
+                           f"log {self.log_path}")
 
     def stop(self) -> None:
         """SIGTERM the server's whole process group (engine core, workers), SIGKILL what remains."""
-        if self.proc is None:
+        proc, self.proc = self.proc, None
+        _LIVE.discard(self)
+        if not _LIVE:
+            _restore_handlers()
+        if proc is None:
             return
-        self.pgid = self.proc.pid                    # start_new_session: the group id is the leader's pid
         for sig in (signal.SIGTERM, signal.SIGKILL):
             try:
                 os.killpg(self.pgid, sig)
             except ProcessLookupError:
                 break
             try:
-                self.proc.wait(timeout=30)
+                proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 continue
             break
@@ -178,8 +264,33 @@ class VLLMServer:
             except ProcessLookupError:
                 break
             time.sleep(0.2)
+        try:
+            proc.wait(timeout=5)                         # reap the leader (no zombie)
+        except subprocess.TimeoutExpired:
+            pass
         self._log.close()
-        self.proc = None
+
+
+class VLLMServer(ServerProcess):
+    """``with VLLMServer(cfg) as server: server.complete(ids, 32)``."""
+
+    label = "vLLM"
+
+    def __init__(self, cfg: ServeConfig, startup_timeout: float = 600.0, log_path: str | None = None):
+        if importlib.util.find_spec("vllm") is None:
+            raise RuntimeError(f"vLLM is not installed; {VLLM_INSTALL}")
+        if cfg.method != "ar":
+            check_drafter_config(cfg.drafter, cfg.target, cfg.method, cfg.k)
+            # a drafter storing only its learned mask row is served as the target's table with that row in
+            # place; a Hugging Face id is served as published (its checkpoint holds a full embedding)
+            if not is_hub_id(cfg.drafter):
+                cfg = replace(cfg, drafter=str(materialise_for_vllm(cfg.drafter, cfg.target)))
+        self.cfg = cfg
+        port = free_port()
+        env = dict(os.environ, VLLM_LOGGING_LEVEL=os.environ.get("VLLM_LOGGING_LEVEL", "WARNING"))
+        log_path = log_path or tempfile.mkstemp(prefix="vllm-", suffix=".log")[1]
+        # vLLM serves the model under its --model argument: /v1/models lists str(cfg.target)
+        super().__init__(serve_command(cfg, port), port, str(cfg.target), startup_timeout, log_path, env)
 
     # ----------------------------------------------------------------------------- requests
     def _post(self, path: str, body: dict) -> dict:

@@ -5,10 +5,21 @@ EAGLE-style drafters learn to imitate *the target*, so the responses are the tar
 shards of ``shard_size`` conversations; a shard that exists is skipped, so an interrupted run
 resumes where it stopped. Each shard is a ``.pt`` file holding a list of
 ``{"ids": int32 tensor (prompt + response), "prompt_len": int}``.
+
+A folder knows what it was made from: before the first shard, ``regenerate.json`` records the
+generation settings (budget, temperature, seed, shard size, target, dtype, ...) and, per shard, a
+sha256 of the prompts it holds. A rerun into the same folder with other settings, or whose shards
+would hold other prompts, is refused (:class:`RegenerationMismatch`, naming each difference) before
+anything is generated, so no shard of another run is ever taken as done. :func:`claim_output` is
+that check, for any engine that writes these shards.
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import os
+import re
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,6 +27,14 @@ import torch
 from tqdm.auto import tqdm
 
 from ..atomic import atomic_file
+
+SETTINGS_FILE = "regenerate.json"
+TARGET_KEYS = ("vocab_size", "hidden_size", "num_layers", "aux_layer_ids", "weights")   # "name" is only reported
+SAMPLING_ONLY = ("batch_size",)          # changes the replies only when sampling (the seeds follow the batches)
+
+
+class RegenerationMismatch(ValueError):
+    """The output folder holds shards made with other settings or other prompts; nothing was written."""
 
 
 @dataclass
@@ -29,6 +48,147 @@ class Sample:
         mask = torch.zeros(self.ids.numel(), dtype=torch.bool)
         mask[self.prompt_len:] = True
         return mask
+
+
+def data_fingerprint(samples: list[Sample], chunk: int = 4096) -> str:
+    """sha256 of the conversations in their order: every token id and every prompt length.
+
+    Two runs share a fingerprint exactly when they train on the same conversations in the same order,
+    wherever the files live; it reads what is already in memory (about 1 s for 30M tokens)."""
+    h = hashlib.sha256(f"{len(samples)} conversations".encode())
+    for start in range(0, len(samples), chunk):
+        part = samples[start: start + chunk]
+        h.update(torch.tensor([[s.ids.numel(), s.prompt_len] for s in part], dtype=torch.int64).numpy().tobytes())
+        h.update(torch.cat([s.ids.reshape(-1) for s in part]).to(torch.int32).numpy().tobytes())
+    return h.hexdigest()
+
+
+def _one_d_weights(target) -> dict[str, torch.Tensor]:
+    """The 1-D weights (norms, biases) by name, from a loaded target or its Hugging Face folder."""
+    if hasattr(target, "model"):
+        return {n: p.detach() for n, p in target.model.named_parameters() if p.dim() == 1}
+    from safetensors import safe_open
+
+    out = {}
+    for f in sorted(Path(target).glob("*.safetensors")):
+        with safe_open(str(f), "pt") as handle:
+            for key in handle.keys():
+                if len(handle.get_slice(key).get_shape()) == 1:
+                    out[key] = handle.get_tensor(key)
+    return out
+
+
+def target_identity(target) -> dict:
+    """What data and checkpoints record of their target: its name (reported, never compared: one model may be
+    named by a Hub id or a folder), shape, taps, and a sha256 of its input embedding and 1-D weights (norms)
+    rounded to bfloat16, so fp32 and bf16 loads of one model agree and a fine-tuned model differs.
+
+    ``target``: a loaded :class:`~peagle_lab.target.Target`, or a Hugging Face folder (read, never built)."""
+    from ..materialise import embedding_fingerprint, target_embedding
+    from ..target import default_aux_layer_ids
+
+    h = hashlib.sha256(embedding_fingerprint(target_embedding(target)).encode())
+    for name, w in sorted(_one_d_weights(target).items()):
+        h.update(name.encode())
+        h.update(w.to(torch.bfloat16).cpu().contiguous().view(torch.int16).numpy().tobytes())
+    if hasattr(target, "model"):
+        shape = (target.name, target.vocab_size, target.hidden_size, target.num_layers, list(target.aux_layer_ids))
+    else:
+        raw = json.loads((Path(target) / "config.json").read_text())
+        raw = raw.get("text_config") or raw
+        layers = int(raw["num_hidden_layers"])
+        shape = (str(target), int(raw["vocab_size"]), int(raw["hidden_size"]), layers,
+                 list(default_aux_layer_ids(layers)))
+    keys = ("name", "vocab_size", "hidden_size", "num_layers", "aux_layer_ids")
+    return {**dict(zip(keys, shape)), "weights": h.hexdigest()}
+
+
+def target_difference(recorded: dict, ours: dict) -> str | None:
+    """How two :func:`target_identity` records differ (None: the same target)."""
+    keys = [k for k in TARGET_KEYS if recorded.get(k) != ours.get(k)]
+    if not keys:
+        return None
+    what = ", ".join("weights" if k == "weights" else f"{k} {recorded.get(k)} vs {ours.get(k)}" for k in keys)
+    return f"target {recorded.get('name')} vs {ours.get('name')} ({what})"
+
+
+def shard_plan(items: list, shard_size: int) -> dict[str, dict]:
+    """``{shard stem: {"prompts": n, "prompts_sha256": ...}}`` for ``items`` (prompts, or conversations as
+    lists of turns) cut into shards of ``shard_size``: what each shard file will answer."""
+    plan = {}
+    for s_idx, start in enumerate(range(0, len(items), shard_size)):
+        chunk = items[start: start + shard_size]
+        digest = hashlib.sha256(json.dumps(chunk, ensure_ascii=False).encode()).hexdigest()
+        plan[f"shard-{s_idx:05d}"] = {"prompts": len(chunk), "prompts_sha256": digest}
+    return plan
+
+
+def _settings_problems(recorded: dict, settings: dict) -> list[str]:
+    free = SAMPLING_ONLY if float(settings.get("temperature", 0)) == 0 else ()
+    out = []
+    for key in sorted(set(recorded) | set(settings)):
+        if key in free or key in ("about", "target") or recorded.get(key) == settings.get(key):
+            continue
+        out.append(f"{key} {recorded.get(key)!r} vs {settings.get(key)!r}")
+    target = target_difference(recorded.get("target") or {}, settings.get("target") or {})
+    return out + ([target] if target else [])
+
+
+def _stems_on_disk(out: Path) -> set[str]:
+    """``shard-00003`` for ``shard-00003.pt`` and for multi-turn ``shard-00003-t1.pt``."""
+    return {m.group(1) for p in out.glob("shard-*.pt") if (m := re.match(r"(shard-\d+)", p.name))}
+
+
+def _shard_problems(recorded: dict, plan: dict, on_disk: set[str], about: tuple) -> list[str]:
+    out = []
+    for stem in sorted(on_disk):
+        had, now = recorded.get(stem), plan.get(stem)
+        if had is None:
+            out.append(f"{stem} is on disk but was not written by this folder's recorded run")
+        elif now is not None and had != now:
+            out.append(f"{stem} answers other prompts ({had['prompts']} recorded, {now['prompts']} now; "
+                       f"prompts {about[0]} vs {about[1]})")
+    return out
+
+
+def claim_output(out_dir: str | os.PathLike, settings: dict, plan: dict[str, dict], about: dict | None = None) -> None:
+    """Check a regeneration run against what ``out_dir`` already holds, then record it (``regenerate.json``).
+
+    ``settings``: what decides the replies (budget, temperature, seed, shard size, :func:`target_identity`,
+    dtype ...); ``plan``: :func:`shard_plan` of this run; ``about``: how the prompts were chosen (source,
+    count, skip), reported in messages only. A folder whose recorded settings differ, or whose existing
+    shards answer other prompts, raises :class:`RegenerationMismatch` naming each difference; nothing is
+    written then. Existing shards of a folder that records nothing (an older peagle-lab) are kept with a
+    warning and recorded as this run's. A run over more prompts extends the record (shards align)."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    path, on_disk = out / SETTINGS_FILE, _stems_on_disk(out)
+    record = {"settings": {**settings, "about": about or {}}, "shards": dict(plan)}
+    if path.exists():
+        old = json.loads(path.read_text())
+        had_about = (old["settings"].get("about") or {}, about or {})
+        problems = _settings_problems(old["settings"], settings)
+        problems += _shard_problems(old["shards"], plan, on_disk, had_about)
+        if problems:
+            raise RegenerationMismatch(f"{out} holds shards regenerated with other settings: " + "; ".join(problems)
+                                       + f" (recorded in {path}). Use a new --out folder, or this folder's settings "
+                                       "to resume it")
+        record["shards"] = {**old["shards"], **plan}
+    elif on_disk:
+        warnings.warn(f"{out} holds shards but no {SETTINGS_FILE} (written by an older peagle-lab): they are kept "
+                      "unchecked and recorded as made with this run's settings", stacklevel=3)
+    with atomic_file(path) as tmp:
+        tmp.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+
+
+def generation_settings(target, *, all_turns: bool, max_new_tokens: int, max_prompt_tokens: int, shard_size: int,
+                        batch_size: int, temperature: float, seed: int, engine: str = "hf") -> dict:
+    """The settings :func:`claim_output` compares: everything that decides which replies a shard holds."""
+    dtype = getattr(getattr(target, "model", None), "dtype", None)
+    return {"format": 1, "engine": engine, "all_turns": bool(all_turns), "max_new_tokens": int(max_new_tokens),
+            "max_prompt_tokens": int(max_prompt_tokens), "shard_size": int(shard_size), "batch_size": int(batch_size),
+            "temperature": float(temperature), "seed": int(seed), "target": target_identity(target),
+            "dtype": None if dtype is None else str(dtype).removeprefix("torch.")}
 
 
 @torch.inference_mode()
@@ -67,10 +227,14 @@ def _prompt_ids(target, prompt: str, max_tokens: int) -> list[int]:
 
 def regenerate(target, prompts: list[str], out_dir: str | os.PathLike, *, max_new_tokens: int = 256,
                max_prompt_tokens: int = 384, batch_size: int = 16, shard_size: int = 256,
-               temperature: float = 0.0, seed: int = 0, progress: bool = True) -> list[Path]:
-    """Write ``out_dir/shard-00000.pt`` ... for ``prompts``; existing shards are kept (resume)."""
+               temperature: float = 0.0, seed: int = 0, progress: bool = True, about: dict | None = None) -> list[Path]:
+    """Write ``out_dir/shard-00000.pt`` ... for ``prompts``; existing shards of the same settings and prompts are
+    kept (resume), other ones refused (:func:`claim_output`; ``about`` says how the prompts were chosen)."""
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    settings = generation_settings(target, all_turns=False, max_new_tokens=max_new_tokens,
+                                   max_prompt_tokens=max_prompt_tokens, shard_size=shard_size, batch_size=batch_size,
+                                   temperature=temperature, seed=seed)
+    claim_output(out, settings, shard_plan(prompts, shard_size), about)
     paths = []
     shards = range(0, len(prompts), shard_size)
     bar = tqdm(total=len(prompts), desc="regenerating replies", disable=not progress)
@@ -99,7 +263,7 @@ def regenerate(target, prompts: list[str], out_dir: str | os.PathLike, *, max_ne
 def regenerate_conversations(target, conversations: list[list[str]], out_dir: str | os.PathLike, *,
                              max_new_tokens: int = 256, max_context_tokens: int = 1024, batch_size: int = 16,
                              shard_size: int = 256, temperature: float = 0.0, seed: int = 0,
-                             progress: bool = True) -> list[Path]:
+                             progress: bool = True, about: dict | None = None) -> list[Path]:
     """Multi-turn data: every human turn of each conversation answered by the target, turn by turn.
 
     Turn ``t`` of a conversation is asked with the target's own replies to turns ``0..t-1`` in its
@@ -109,9 +273,13 @@ def regenerate_conversations(target, conversations: list[list[str]], out_dir: st
 
     The same turn of all ``shard_size`` conversations of a shard is generated together (wide batches)
     and saved as ``shard-SSSSS-tT.pt`` as soon as it is done, so an interrupted run loses at most the
-    turn it was on: a rerun reads the earlier turns' replies back and goes on from there."""
+    turn it was on: a rerun reads the earlier turns' replies back and goes on from there -- only a rerun
+    with the same settings and conversations (:func:`claim_output`), so no turn builds on another run's replies."""
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    settings = generation_settings(target, all_turns=True, max_new_tokens=max_new_tokens,
+                                   max_prompt_tokens=max_context_tokens, shard_size=shard_size, batch_size=batch_size,
+                                   temperature=temperature, seed=seed)
+    claim_output(out, settings, shard_plan(conversations, shard_size), about)
     paths = []
     bar = tqdm(total=len(conversations), desc="regenerating conversations", disable=not progress)
     for s_idx, start in enumerate(range(0, len(conversations), shard_size)):

@@ -13,6 +13,7 @@ import json
 import math
 import os
 import time
+import warnings
 from dataclasses import asdict, replace
 from pathlib import Path
 
@@ -28,12 +29,37 @@ from ..evaluate import replay_prompts
 from ..materialise import FINGERPRINT_KEY, embedding_fingerprint
 from .cod import Elements, cod_sample
 from .config import TrainConfig
-from .data import Sample
+from .data import Sample, data_fingerprint, target_difference, target_identity
 from .features import target_batch
 from .loss import LossParts, SeqData, padded_loss, sequence_loss, supervised_mask
 
 RESUME_MAY_CHANGE = ("steps", "checkpoint_every", "num_segments", "layout", "val_k")
 LAYOUTS = {"packed": sequence_loss, "padded": padded_loss}  # padded: per method
+
+
+class ResumeMismatch(ValueError):
+    """A checkpoint in the run folder was made from other settings, data, draft vocabulary or target."""
+
+
+def _vocab_problem(theirs: torch.Tensor | None, ours: torch.Tensor) -> str | None:
+    if theirs is None or torch.equal(theirs.cpu().sort().values, ours.cpu()):
+        return None
+    shared = len(set(theirs.tolist()) & set(ours.tolist()))
+    return (f"its draft vocabulary is not this run's ({shared} of {theirs.numel()} ids shared; the draft vocabulary "
+            "is built from --data, or kept from --init-from)")
+
+
+def provenance_problems(recorded: dict, ours: dict) -> list[str]:
+    """What differs between the data and target a checkpoint recorded and this run's (empty: nothing)."""
+    out = []
+    if recorded.get("data_fingerprint") != ours["data_fingerprint"]:
+        src, now = recorded.get("data_source") or "(folder not recorded)", ours["data_source"] or "(samples given)"
+        out.append(f"it was trained on data {src} (fingerprint {str(recorded.get('data_fingerprint'))[:12]}), "
+                   f"this run's data {now} has fingerprint {ours['data_fingerprint'][:12]}")
+    target = target_difference(recorded.get("target") or {}, ours["target"])
+    if target:
+        out.append(f"it was trained against another target: {target}")
+    return out
 
 
 def lr_factor(step: int, warmup_steps: int, total_steps: int) -> float:
@@ -193,11 +219,16 @@ def sample_order(samples: list[Sample], cfg: TrainConfig) -> list[int]:
 
 
 class Trainer:
-    """Train one drafter; ``run()`` resumes from ``out_dir/checkpoint.pt`` when it exists."""
+    """Train one drafter; ``run()`` resumes from ``out_dir/checkpoint.pt`` when it exists.
+
+    A checkpoint records what the run is made from (settings, draft vocabulary, a fingerprint of the data,
+    the target's identity); one that differs from this run's is refused when the trainer is built
+    (:class:`ResumeMismatch`, naming each difference) and again before it is loaded."""
 
     def __init__(self, target, samples: list[Sample], cfg: TrainConfig, out_dir: str | os.PathLike,
                  draft_ids: torch.Tensor, drafter: Eagle3Drafter | None = None,
-                 val_replies: list[tuple[list[int], list[int]]] | None = None):
+                 val_replies: list[tuple[list[int], list[int]]] | None = None,
+                 data_source: str | os.PathLike | None = None):
         if not samples:
             raise ValueError("no training samples; regenerate data first")
         if cfg.layout not in LAYOUTS:
@@ -238,6 +269,12 @@ class Trainer:
         self.order = sample_order(samples, cfg)
         # (prompt ids, greedy reply with val_k + 1 tokens to spare): see peagle_lab.evaluate.greedy_replies
         self.val_replies = val_replies or []
+        # what the run is made from, recorded in every checkpoint and compared on resume (data_source: the
+        # --data folder, for the message only)
+        self.provenance = {"data_fingerprint": data_fingerprint(samples), "target": target_identity(target),
+                           "data_source": None if data_source is None else str(data_source)}
+        if self.checkpoint_path.exists():              # refuse a mismatched resume now, before any work
+            self.check_resume(torch.load(self.checkpoint_path, map_location="cpu", weights_only=False, mmap=True))
 
     # ----------------------------------------------------------------------------- one step
     def batch_for(self, step: int) -> list[Sample]:
@@ -325,16 +362,36 @@ class Trainer:
             return
         state = {"drafter": self.drafter.state_dict(), "opt": self.opt.state_dict(), "sched": self.sched.state_dict(),
                  "step": self.step, "history": self.history, "config": asdict(self.cfg),
-                 "draft_ids": self.draft_ids, "drafter_config": asdict(self.drafter.cfg)}
+                 "draft_ids": self.draft_ids, "drafter_config": asdict(self.drafter.cfg),
+                 "provenance": self.provenance}
         with atomic_file(self.checkpoint_path) as tmp:     # a kill mid-save keeps the previous checkpoint
             torch.save(state, tmp)
         if world > 1:
             dist.barrier()
 
-    def load_checkpoint(self) -> bool:
-        if not self.checkpoint_path.exists():
-            return False
-        state = torch.load(self.checkpoint_path, map_location=self.device, weights_only=False)
+    def check_resume(self, state: dict) -> None:
+        """Refuse (:class:`ResumeMismatch`, naming every difference) a checkpoint made with other training
+        settings, another draft vocabulary, other data or another target. A checkpoint older than the data
+        and target record is resumed with a warning (its draft vocabulary is still compared)."""
+        problems = []
+        diff = self._config_diff(state["config"])
+        if diff:
+            problems.append(f"it was written with another training config (differs in {', '.join(diff)})")
+        if "provenance" in state:
+            problems += provenance_problems(state["provenance"], self.provenance)
+        elif not getattr(self, "_warned_unrecorded", False):
+            self._warned_unrecorded = True
+            warnings.warn(f"{self.checkpoint_path} records neither its data nor its target (written by an older "
+                          "peagle-lab); resuming without checking them", stacklevel=2)
+        vocab = _vocab_problem(state.get("draft_ids"), self.draft_ids)
+        if vocab:
+            problems.append(vocab)
+        if problems:
+            raise ResumeMismatch(f"{self.checkpoint_path} cannot be resumed by this run: " + "; ".join(problems) +
+                                 ". Resume with the settings, data (--data) and target (--target) it was made with, "
+                                 "or use a fresh --out folder")
+
+    def _config_diff(self, recorded: dict) -> list[str]:
         # Settings that change how a step is computed or saved, never which step or its gradient (the
         # layouts and partitioning are proven equal in tests/test_partition.py) may differ; so may
         # ``steps``: a run cut short by --max-minutes resumes towards the new total.
@@ -342,11 +399,14 @@ class Trainer:
         ours = {**asdict(self.cfg), **free}
         # a setting newer than the checkpoint counts as its default there; one since removed
         # (attention, head_init, objective) is not compared
-        theirs = {k: v for k, v in {**asdict(TrainConfig()), **state["config"], **free}.items() if k in ours}
-        if theirs != ours:
-            diff = sorted(k for k in ours if theirs.get(k) != ours[k])
-            raise ValueError(f"{self.checkpoint_path} was written with another training config (differs in "
-                             f"{', '.join(diff)}); use a fresh --out folder or the same settings to resume")
+        theirs = {k: v for k, v in {**asdict(TrainConfig()), **recorded, **free}.items() if k in ours}
+        return sorted(k for k in ours if theirs.get(k) != ours[k])
+
+    def load_checkpoint(self) -> bool:
+        if not self.checkpoint_path.exists():
+            return False
+        state = torch.load(self.checkpoint_path, map_location=self.device, weights_only=False)
+        self.check_resume(state)
         self.drafter.load_state_dict(state["drafter"])
         self.opt.load_state_dict(state["opt"])
         self.sched.load_state_dict(state["sched"])
@@ -397,8 +457,10 @@ class Trainer:
         bar.close()
         return self.history
 
-    def export(self, path: str | os.PathLike, dtype: torch.dtype = torch.bfloat16) -> Path:
-        """Write the vLLM-layout drafter (atomically) plus ``training.json`` (config and history)."""
+    def export(self, path: str | os.PathLike, dtype: torch.dtype = torch.bfloat16, *, overwrite: bool = False,
+               flag: str = "overwrite=True") -> Path:
+        """Write the vLLM-layout drafter (atomically) plus ``training.json`` (config and history). ``path`` must be
+        new, empty or an earlier export (:func:`~peagle_lab.checkpoint.save_drafter`) unless ``overwrite``."""
         self.drafter.eval()
         every = max(1, len(self.history) // 200)            # keep the shipped record small (and every validation row)
         rows = [r for i, r in enumerate(self.history) if i % every == 0 or "val_al" in r]
@@ -406,6 +468,9 @@ class Trainer:
         config = vllm_config_dict(self.drafter.cfg, str(dtype).removeprefix("torch."))
         if self.drafter.mask_embedding is not None:          # materialise_for_vllm() refuses another target's table
             config[FINGERPRINT_KEY] = embedding_fingerprint(self.target.model.get_input_embeddings().weight)
-        out = save_drafter(self.drafter.cpu(), path, dtype=dtype, extra_files={"training.json": record}, config=config)
-        self.drafter.to(self.device)
+        try:
+            out = save_drafter(self.drafter.cpu(), path, dtype=dtype, extra_files={"training.json": record},
+                               config=config, overwrite=overwrite, flag=flag)
+        finally:
+            self.drafter.to(self.device)
         return out

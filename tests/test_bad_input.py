@@ -1,0 +1,300 @@
+"""Bad input is refused, clearly and early (issue 33): every flag out of range, every missing folder and every
+impossible combination exits 2 with one line naming the flag and what it accepts, before any model loads;
+`check` names what is broken in a damaged drafter folder; every engine refuses a request longer than the
+target's context; a refusal from the library reaches the shell as one line, not a traceback."""
+import json
+import shutil
+
+import pytest
+
+from helpers import random_drafter, tiny_target
+from peagle_lab.cli import main
+from peagle_lab.drafters_registry import shipped
+
+# (argv, the flag named, the range named). One case per flag of every command that takes a number.
+RANGES = [
+    (["generate", "hi", "--temperature", "-1"], "--temperature", ">= 0"),
+    (["generate", "hi", "--temperature", "nan"], "--temperature", ">= 0"),
+    (["generate", "hi", "--temperature", "warm"], "--temperature", ">= 0"),
+    (["generate", "hi", "--top-p", "0"], "--top-p", "(0, 1]"),
+    (["generate", "hi", "--top-p", "1.5"], "--top-p", "(0, 1]"),
+    (["generate", "hi", "--max-new-tokens", "-5"], "--max-new-tokens", ">= 1"),
+    (["generate", "hi", "--k", "0"], "--k", "[1, 128]"),
+    (["generate", "hi", "--seed", "-1"], "--seed", ">= 0"),
+    (["bench", "--num-prompts", "-3"], "--num-prompts", ">= 1"),
+    (["bench", "--max-new-tokens", "-5"], "--max-new-tokens", ">= 1"),
+    (["bench", "--k", "0"], "--k", "[1, 128]"),
+    (["bench", "--k", "3,0,7"], "--k", "[1, 128]"),
+    (["bench", "--k", "3,x"], "--k", "[1, 128]"),
+    (["bench", "--batch-size", "0"], "--batch-size", ">= 1"),
+    (["bench", "--temperature", "-0.5"], "--temperature", ">= 0"),
+    (["bench", "--time-budget", "0"], "--time-budget", "> 0"),
+    (["bench", "--hbm-gbps", "-1"], "--hbm-gbps", "> 0"),
+    (["vllm-bench", "--dry-run", "--k", "-1"], "--k", "[1, 128]"),
+    (["vllm-bench", "--dry-run", "--concurrency", "0"], "--concurrency", ">= 1"),
+    (["vllm-bench", "--dry-run", "--num-prompts", "0"], "--num-prompts", ">= 1"),
+    (["vllm-bench", "--dry-run", "--max-model-len", "0"], "--max-model-len", ">= 1"),
+    (["vllm-bench", "--dry-run", "--gpu-memory-utilization", "0"], "--gpu-memory-utilization", "(0, 1]"),
+    (["vllm-bench", "--dry-run", "--gpu-memory-utilization", "1.2"], "--gpu-memory-utilization", "(0, 1]"),
+    (["regenerate", "--out", "x", "--num-prompts", "-3"], "--num-prompts", ">= 1"),
+    (["regenerate", "--out", "x", "--skip-prompts", "-1"], "--skip-prompts", ">= 0"),
+    (["regenerate", "--out", "x", "--max-prompt-tokens", "0"], "--max-prompt-tokens", ">= 1"),
+    (["regenerate", "--out", "x", "--max-new-tokens", "0"], "--max-new-tokens", ">= 1"),
+    (["regenerate", "--out", "x", "--batch-size", "0"], "--batch-size", ">= 1"),
+    (["regenerate", "--out", "x", "--shard-size", "0"], "--shard-size", ">= 1"),
+    (["regenerate", "--out", "x", "--temperature", "-1"], "--temperature", ">= 0"),
+    (["train", "--data", "d", "--out", "o", "--steps", "0"], "--steps", ">= 1"),
+    (["train", "--data", "d", "--out", "o", "--checkpoint-every", "0"], "--checkpoint-every", ">= 1"),
+    (["train", "--data", "d", "--out", "o", "--lr", "0"], "--lr", "> 0"),
+    (["train", "--data", "d", "--out", "o", "--cod-ratio", "1.5"], "--cod-ratio", "[0, 1]"),
+    (["train", "--data", "d", "--out", "o", "--cod-ratio", "-0.1"], "--cod-ratio", "[0, 1]"),
+    (["train", "--data", "d", "--out", "o", "--batch-size", "0"], "--batch-size", ">= 1"),
+    (["train", "--data", "d", "--out", "o", "--num-layers", "0"], "--num-layers", ">= 1"),
+    (["train", "--data", "d", "--out", "o", "--intermediate-size", "0"], "--intermediate-size", ">= 1"),
+    (["train", "--data", "d", "--out", "o", "--draft-vocab-size", "0"], "--draft-vocab-size", ">= 1"),
+    (["train", "--data", "d", "--out", "o", "--max-depth", "0"], "--max-depth", "[1, 128]"),
+    (["train", "--data", "d", "--out", "o", "--max-len", "1"], "--max-len", ">= 2"),
+    (["train", "--data", "d", "--out", "o", "--segments", "0"], "--segments", ">= 1"),
+    (["train", "--data", "d", "--out", "o", "--warmup-steps", "-1"], "--warmup-steps", ">= 0"),
+    (["train", "--data", "d", "--out", "o", "--max-minutes", "0"], "--max-minutes", "> 0"),
+    (["train", "--data", "d", "--out", "o", "--stop-after", "0"], "--stop-after", ">= 1"),
+    (["train", "--data", "d", "--out", "o", "--mask-token-id", "-1"], "--mask-token-id", ">= 0"),
+    (["train", "--data", "d", "--out", "o", "--hidden-noise", "-0.05"], "--hidden-noise", ">= 0"),
+    (["train", "--data", "d", "--out", "o", "--val-prompts", "-1"], "--val-prompts", ">= 0"),
+    (["train", "--data", "d", "--out", "o", "--val-tokens", "0"], "--val-tokens", ">= 1"),
+    (["train", "--data", "d", "--out", "o", "--val-k", "0"], "--val-k", "[1, 128]"),
+    (["check", "somewhere", "--k", "0"], "--k", "[1, 128]"),
+    (["eval", "peagle-smollm2", "--k", "0"], "--k", "[1, 128]"),
+    (["eval", "peagle-smollm2", "--num-prompts", "0"], "--num-prompts", ">= 1"),
+    (["eval", "peagle-smollm2", "--max-new-tokens", "-1"], "--max-new-tokens", ">= 1"),
+    (["export-speculators", "d", "o", "--k", "0"], "--k", "[1, 128]"),
+]
+
+
+@pytest.fixture()
+def no_model_loads(monkeypatch):
+    """Loading a target or building a drafter fails the test: these refusals must come first. (Class attributes
+    are patched, never a module's function: a module importing it by name would keep the stand-in.)"""
+    from peagle_lab.drafter import Eagle3Drafter
+    from peagle_lab.target import Target
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a model was loaded before the bad input was refused")
+
+    monkeypatch.setattr(Target, "load", classmethod(refuse))
+    monkeypatch.setattr(Eagle3Drafter, "__init__", refuse)
+
+
+def _exit_2(argv, capsys) -> str:
+    """Run the CLI, expect exit 2 and return its one line on stderr."""
+    with pytest.raises(SystemExit) as err:
+        main(argv)
+    assert err.value.code == 2, err.value.code
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1, captured.err
+    assert captured.out == ""
+    return lines[0]
+
+
+@pytest.mark.parametrize("argv, flag, allowed", RANGES, ids=[" ".join(c[0]) for c in RANGES])
+def test_out_of_range_values_exit_2_naming_flag_and_range(no_model_loads, argv, flag, allowed, capsys):
+    line = _exit_2(argv, capsys)
+    assert f"argument {flag}:" in line and allowed in line and f"peagle-lab {argv[0]}" in line
+
+
+# Rules that join flags, and folders that must exist ({tmp}: the test's temp dir; it holds no drafter).
+COMBINED = [
+    (["generate", "hi", "--method", "eagle"], ["--method eagle", "--drafter"]),
+    (["generate", "hi", "--method", "peagle", "--drafter", "{tmp}/missing"], ["--drafter", "no such folder"]),
+    (["generate", "hi", "--method", "peagle", "--drafter", "{tmp}"], ["--drafter", "no config.json"]),
+    (["materialise", "{tmp}/missing"], ["drafter", "no such folder"]),
+    (["materialise", "{tmp}"], ["drafter", "no config.json"]),
+    (["check", "{tmp}/missing"], ["drafter", "no such folder"]),
+    (["export-speculators", "{tmp}/missing", "{tmp}/out"], ["drafter", "no such folder"]),
+    (["vllm-bench", "--dry-run", "--peagle-drafter", "{tmp}/missing"], ["--peagle-drafter", "no such folder"]),
+    (["vllm-bench", "--dry-run", "--methods", "eagle", "--eagle-drafter", "./not-here"],
+     ["--eagle-drafter", "no such folder"]),
+    (["vllm-bench", "--peagle-drafter", "not-here"], ["--peagle-drafter", "no such folder"]),
+    (["bench", "--peagle-drafter", "{tmp}/missing"], ["--peagle-drafter", "no such folder"]),
+    (["bench", "--prompts", "{tmp}/missing.jsonl"], ["--prompts", "missing.jsonl"]),
+    (["regenerate", "--out", "{tmp}/o", "--prompts", "{tmp}/missing.jsonl"], ["--prompts"]),
+    (["train", "--data", "{tmp}/missing", "--out", "{tmp}/o"], ["--data", "regenerate"]),
+    (["train", "--data", "{tmp}", "--out", "{tmp}/o"], ["--data", "shard-*.pt"]),
+    (["train", "--data", "{tmp}/data", "--out", "{tmp}/o", "--init-from", "{tmp}/missing"],
+     ["--init-from", "no such folder"]),
+    (["train", "--data", "{tmp}/data", "--out", "{tmp}/o", "--val-prompts", "2", "--val-k", "9", "--max-depth", "8"],
+     ["--val-k 9", "--max-depth 8"]),
+]
+
+
+@pytest.mark.parametrize("argv, named", COMBINED, ids=[" ".join(c[0]) for c in COMBINED])
+def test_missing_folders_and_impossible_combinations_exit_2(no_model_loads, argv, named, tmp_path, capsys,
+                                                           monkeypatch):
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "shard-00000.pt").write_bytes(b"")   # only its name is looked at before the refusal
+    monkeypatch.chdir(tmp_path)
+    line = _exit_2([a.replace("{tmp}", str(tmp_path)) for a in argv], capsys)
+    assert all(part in line for part in named), line
+
+
+def test_a_damaged_drafter_is_refused_before_the_target_loads(no_model_loads, tmp_path, capsys):
+    """generate, bench, export-speculators and train --init-from read the drafter's weights: a truncated file or a
+    config that does not describe them is named at once (exit 2), not as a traceback after the target loads."""
+    folder = tmp_path / "d"
+    shutil.copytree(shipped()["eagle-smollm2"], folder)
+    (folder / "model.safetensors").write_bytes(b"\0" * 64)
+    for argv in (["generate", "hi", "--method", "eagle", "--drafter", str(folder)],
+                 ["bench", "--methods", "eagle", "--eagle-drafter", str(folder)],
+                 ["export-speculators", str(folder), str(tmp_path / "out")]):
+        line = _exit_2(argv, capsys)
+        assert "model.safetensors" in line and "truncated or corrupt" in line, line
+    shutil.copy(shipped()["eagle-smollm2"] / "model.safetensors", folder / "model.safetensors")
+    cfg = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**cfg, "hidden_size": 1024}))
+    assert "hidden_size 1024" in _exit_2(["generate", "hi", "--method", "eagle", "--drafter", str(folder)], capsys)
+
+
+def test_dry_run_still_takes_hugging_face_ids(no_model_loads, capsys):
+    assert main(["vllm-bench", "--dry-run", "--methods", "peagle", "--k", "3", "--target", "openai/gpt-oss-20b",
+                 "--peagle-drafter", "amazon/gpt-oss-20b-p-eagle"]) == 0
+    assert "amazon/gpt-oss-20b-p-eagle" in capsys.readouterr().out
+
+
+# --------------------------------------------------------------------------- check names a broken folder
+@pytest.fixture()
+def eagle_copy(tmp_path):
+    dst = tmp_path / "eagle"
+    shutil.copytree(shipped()["eagle-smollm2"], dst)
+    return dst
+
+
+def _check_cli(folder, capsys) -> str:
+    """`peagle-lab check FOLDER` on a broken folder: exit 1, PROBLEM lines, no traceback, no model loaded."""
+    assert main(["check", str(folder)]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith("PROBLEM: ") and "ok:" not in out
+    return out
+
+
+def test_check_names_truncated_weights(no_model_loads, eagle_copy, capsys):
+    weights = eagle_copy / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    out = _check_cli(eagle_copy, capsys)
+    assert str(weights) in out and "truncated or corrupt" in out
+    weights.write_bytes(b"")                                                  # an empty file, too
+    assert "truncated or corrupt" in _check_cli(eagle_copy, capsys)
+
+
+def test_check_names_a_wrong_hidden_size(no_model_loads, eagle_copy, capsys):
+    cfg = json.loads((eagle_copy / "config.json").read_text())
+    (eagle_copy / "config.json").write_text(json.dumps({**cfg, "hidden_size": 1024}))
+    out = _check_cli(eagle_copy, capsys)
+    assert "hidden_size 1024" in out and "576" in out
+
+
+@pytest.mark.parametrize("damage, named", [
+    (lambda d: (d / "config.json").write_text("{not json"), "not valid JSON"),
+    (lambda d: (d / "config.json").unlink(), "no config.json"),
+    (lambda d: (d / "model.safetensors").unlink(), "no .safetensors"),
+    (lambda d: (d / "config.json").write_text(json.dumps(
+        {k: v for k, v in json.loads((d / "config.json").read_text()).items() if k != "vocab_size"})), "vocab_size"),
+    (lambda d: (d / "config.json").write_text(json.dumps(
+        {**json.loads((d / "config.json").read_text()), "num_hidden_layers": 2})), "num_hidden_layers 2"),
+], ids=["bad-json", "no-config", "no-weights", "no-vocab-size", "wrong-layer-count"])
+def test_check_names_other_damage(no_model_loads, eagle_copy, damage, named, capsys):
+    damage(eagle_copy)
+    assert named in _check_cli(eagle_copy, capsys)
+
+
+def test_check_drafter_reports_instead_of_raising(no_model_loads, eagle_copy):
+    """The library call too: a report with the fault, whatever target is passed (it is never reached)."""
+    from peagle_lab.check import check_drafter
+
+    (eagle_copy / "model.safetensors").write_bytes(b"\0" * 100)
+    report = check_drafter(str(eagle_copy), target=None)
+    assert report["probe"] is None and "model.safetensors" in report["problems"][0]
+
+
+# --------------------------------------------------------------------------- the context length, every engine
+@pytest.fixture(scope="module")
+def tiny():
+    tgt = tiny_target(vocab=16, context=64)                           # max_position_embeddings 64
+    return tgt, random_drafter(tgt, parallel=True, trained_depth=8)
+
+
+def test_teaching_engine_refuses_a_request_past_the_context(tiny):
+    from peagle_lab.engine import generate
+
+    tgt, drafter = tiny
+    past = r"prompt \(60 tokens\) \+ max_new_tokens \(10\) = 70 positions .*max_position_embeddings 64"
+    with pytest.raises(ValueError, match=past):
+        generate(tgt, [1] * 60, method="ar", max_new_tokens=10)
+    with pytest.raises(ValueError, match=r"\+ K \(5\) draft slots = 65 .*max_position_embeddings 64"):
+        generate(tgt, [1] * 50, method="peagle", drafter=drafter, k=5, max_new_tokens=10)
+    assert len(generate(tgt, [1] * 50, method="peagle", drafter=drafter, k=4, max_new_tokens=10,
+                        stop_at_eos=False).tokens) == 10                 # exactly at the limit: runs
+
+
+def test_batched_engine_refuses_a_request_past_the_context(tiny):
+    from peagle_lab.batch_engine import generate_batch
+
+    tgt, drafter = tiny
+    with pytest.raises(ValueError, match=r"request 1: prompt \(60 tokens\).*max_position_embeddings 64"):
+        generate_batch(tgt, [[1] * 5, [1] * 60], method="ar", max_new_tokens=10)
+    with pytest.raises(ValueError, match=r"request 0: .*K \(3\)"):
+        generate_batch(tgt, [[1] * 55, [1] * 5], method="eagle", drafter=drafter, k=3, max_new_tokens=[8, 8])
+
+
+def test_fast_engine_refuses_a_request_past_the_context(tiny):
+    from peagle_lab.fast.engine import generate_fast
+
+    tgt, drafter = tiny
+    with pytest.raises(ValueError, match=r"prompt \(60 tokens\).*max_position_embeddings 64"):
+        generate_fast(tgt, [1] * 60, method="ar", max_new_tokens=10, capture=False, max_len=128)
+    with pytest.raises(ValueError, match=r"K \(5\).*max_position_embeddings 64"):
+        generate_fast(tgt, [1] * 50, method="peagle", drafter=drafter, k=5, max_new_tokens=10, capture=False)
+
+
+@pytest.mark.parametrize("kw, named", [(dict(max_new_tokens=0), "max_new_tokens must be >= 1"),
+                                       (dict(max_new_tokens=-5), "max_new_tokens must be >= 1"),
+                                       (dict(temperature=-1.0), "temperature must be >= 0"),
+                                       (dict(temperature=0.7, top_p=0.0), r"top_p must be in \(0, 1\]")])
+def test_engines_refuse_bad_sampling_settings(tiny, kw, named):
+    from peagle_lab.engine import generate
+    from peagle_lab.fast.engine import generate_fast
+
+    tgt, drafter = tiny
+    for run in (generate, generate_fast):
+        with pytest.raises(ValueError, match=named):
+            run(tgt, [1, 2, 3], method="peagle", drafter=drafter, k=3, **{"max_new_tokens": 4, **kw})
+
+
+# --------------------------------------------------------------------------- library refusals through the CLI
+def test_a_prompt_past_the_context_is_one_line_from_the_cli(target, monkeypatch, capsys):
+    from peagle_lab.target import Target
+
+    monkeypatch.setattr(Target, "load", classmethod(lambda cls, *a, **kw: target))   # this test may load the target
+    line = _exit_2(["generate", "Say hi.", "--max-new-tokens", "8190"], capsys)
+    assert line.startswith("peagle-lab generate: prompt (") and "max_position_embeddings 8192" in line
+
+
+def test_library_refusals_are_one_line_and_bugs_still_raise(monkeypatch, capsys):
+    from peagle_lab import cli
+
+    def refuse(args):
+        raise ValueError("the drafter and the target disagree\n  on the vocabulary")
+
+    monkeypatch.setattr(cli, "cmd_info", refuse)
+    assert _exit_2(["info"], capsys) == "peagle-lab info: the drafter and the target disagree on the vocabulary"
+    monkeypatch.setenv("PEAGLE_TRACEBACK", "1")                   # the traceback when asked for
+    with pytest.raises(ValueError, match="disagree"):
+        main(["info"])
+
+    def bug(args):
+        raise RuntimeError("a genuine bug")
+
+    monkeypatch.delenv("PEAGLE_TRACEBACK")
+    monkeypatch.setattr(cli, "cmd_info", bug)
+    with pytest.raises(RuntimeError, match="genuine bug"):                # not swallowed
+        main(["info"])
