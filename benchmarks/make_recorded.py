@@ -151,6 +151,17 @@ def batch_rows() -> dict:
                                     for x in before["rows"] if x["method"] == "ar"]}
 
 
+def vllm_cuda_h200() -> dict:
+    """CUDA vLLM 0.26 on an H200: tokens/s, TPOT and vLLM's acceptance per (config, prompt set, concurrency)."""
+    name = "vllm_cuda_h200_sweep.json"
+    r = _raw(name)
+    keep = ("config", "runner", "prompts", "method", "k", "concurrency", "tokens_per_s", "mean_tpot_ms",
+            "acceptance_length", "acceptance_per_position", "num_prompts", "new_tokens", "identical_to_ar")
+    return {"source": f"benchmarks/results/{name}", "device": r["gpu"], "vllm_version": r["vllm_version"],
+            "torch": r["torch"], "date": r["date"], "command": r["command"], "settings": r["settings"],
+            "rows": [{k: x.get(k) for k in keep} for x in r["results"]]}
+
+
 def ablation() -> dict:
     """The P-EAGLE ablation at 135M: AL at K=7 (and at K=3/5 where replayed) per lever and arm."""
     r = _raw("ablation_135m.json")
@@ -162,7 +173,7 @@ def ablation() -> dict:
 
 
 RECORDED = {f.__name__: f for f in (acceptance_by_category, drafter_size, objective_ab, train_memory_8b, kernel_timings,
-                                    gpu_speed, ablation, batch_rows)}
+                                    gpu_speed, ablation, batch_rows, vllm_cuda_h200)}
 
 
 def render(name: str) -> str:

@@ -192,6 +192,32 @@ def vllm_section(path: Path, r: dict) -> list[str]:
     return lines + [""]
 
 
+def vllm_cuda_section(path: Path, r: dict) -> list[str]:
+    """The CUDA vLLM sweep (benchmarks/gpu/vllm_cuda_sweep.py): per prompt set, every method on the V1 model
+    runner at its best K, then vLLM's own runner choice (V2) for AR and EAGLE-3 K=3."""
+    from peagle_lab.serving.bench import best_by_concurrency
+
+    s = r["settings"]
+    lines = [f"`{path.name}` -- {r['date']}, {r['gpu']}, {r['vllm_version']}, torch {r['torch']}, {s['dtype']}, "
+             f"CUDA graphs, T=0, {s['max_new_tokens']} new tokens, prompt sets {s['sets']} (spread); "
+             f"command: `{r['command']}`", ""]
+    for name in sorted({x["prompts"] for x in r["results"]}):
+        for runner in ("v1", "auto"):
+            rows = [x for x in r["results"] if x["prompts"] == name and x["runner"] == runner]
+            if not rows:
+                continue
+            lines += [f"{name}, model runner {runner}:", "",
+                      "| concurrency | AR | best EAGLE-3 (K, AL) | x AR | best P-EAGLE (K, AL) | x AR | P-EAGLE / EAGLE-3 |",
+                      "|---|---|---|---|---|---|---|"]
+            for b in best_by_concurrency(rows):
+                e = f"{b['eagle']:.0f} (K={b['eagle_k']}, {b['eagle_al']:.2f})" if "eagle" in b else "-"
+                p = f"{b['peagle']:.0f} (K={b['peagle_k']}, {b['peagle_al']:.2f})" if "peagle" in b else "-"
+                lines.append(f"| {b['concurrency']} | {_f(b['ar'], '.0f')} | {e} | {_f(b.get('eagle_x_ar'))} | {p} | "
+                             f"{_f(b.get('peagle_x_ar'))} | {_f(b.get('peagle_x_eagle'))} |")
+            lines.append("")
+    return lines
+
+
 def knobs_section(path: Path, r: dict) -> list[str]:
     """The same small vllm-bench run under several server settings (threads, compilation)."""
     lines = [f"## `{path.name}`", "", f"- date: {r['date']}; machine: {r['machine']}", f"- {r['what']}",
@@ -412,7 +438,8 @@ def step_profile_section(path: Path, r: dict) -> list[str]:
     return lines + ["", r.get("reading", ""), ""]
 
 
-SECTIONS = {"ablation_eval_": ablation_eval_section, "step_profile_": step_profile_section, "ablation_": ablation_section, "device_recipe_": recipe_run_section,
+SECTIONS = {
+    "vllm_cuda_": vllm_cuda_section,"ablation_eval_": ablation_eval_section, "step_profile_": step_profile_section, "ablation_": ablation_section, "device_recipe_": recipe_run_section,
             "device_finetune_": finetune_ab_section, "replay_": replay_section, "train_step_": train_step_section, "kernel_": kernel_section, "train_memory_": memory_section, "drafter_forward_": drafter_forward_section,
             "fused_engine_": fused_section}
 
@@ -454,7 +481,9 @@ TOPICS = [
       "vllm_cpu_sweep.json": "the same sweep on the first 12 MT-Bench prompts",
       "vllm_cpu_crosscheck.json": "vLLM's drafts and acceptance vs the teaching engine's",
       "vllm_cpu_knobs.json": "server settings: thread binding, compilation",
-      "vllm_shared_head_probe.json": "vLLM serving a drafter that shares the target's output layer"},
+      "vllm_shared_head_probe.json": "vLLM serving a drafter that shares the target's output layer",
+      "vllm_cuda_h200_sweep.json": "CUDA vLLM on an H200: every method at K 3/5/7 on one model runner, 80 MT-Bench + "
+                                   "32 HumanEval prompts, concurrency 1-64"},
      {"vllm_cpu_sweep_drafters_run1.json": "", "vllm_cpu_sweep_drafters_run2.json": "",
       "vllm_cpu_sweep_drafters_run3.json": "", "vllm_cpu_sweep_drafters_run4.json": ""}, []),
     ("Fast GPU engine (static caches, CUDA graphs, fused steps)", "fast-engine.md",

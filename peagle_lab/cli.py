@@ -139,31 +139,45 @@ def cmd_bench(args) -> int:
 DRY_RUN_PORT = 8000   # what --dry-run prints; a real sweep picks a free port per server
 
 
+def _serving(args) -> dict:
+    """The sweep's server settings: the flags given, the device's defaults for the rest (serving_defaults)."""
+    import torch
+
+    from .serving.bench import serving_defaults
+
+    cuda = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
+    chosen = serving_defaults(cuda, args.methods)
+    given = dict(dtype=args.dtype, memory_fraction=args.gpu_memory_utilization, model_runner=args.model_runner,
+                 enforce_eager=None if args.compile is None else not args.compile)
+    return {**chosen, **{k: v for k, v in given.items() if v is not None}}
+
+
 def cmd_vllm_bench(args) -> int:
     from .bench import write_json
     from .info import collect
     from .serving.bench import run_vllm_bench, sweep_plan, validate
-    from .serving.server import serve_command
+    from .serving.server import serve_command, server_env
 
+    serving = _serving(args)
     if args.dry_run:                       # the servers the sweep would start, one command each; starts nothing
         try:
             validate(args.methods, args.k, args.concurrency, args.num_prompts, args.max_new_tokens)
             _, plan = sweep_plan(methods=args.methods, ks=args.k, target=args.target, eagle_drafter=args.eagle_drafter,
-                                 peagle_drafter=args.peagle_drafter, dtype=args.dtype, max_model_len=args.max_model_len,
-                                 enforce_eager=not args.compile, memory_fraction=args.gpu_memory_utilization)
+                                 peagle_drafter=args.peagle_drafter, max_model_len=args.max_model_len,
+                                 **{k: v for k, v in serving.items() if k != "startup_timeout"})
         except (ValueError, FileNotFoundError) as err:
             raise SystemExit(f"peagle-lab vllm-bench: {err}") from None
         for _, cfg in plan:
-            print(shlex.join(serve_command(cfg, DRY_RUN_PORT)))
+            env = " ".join(f"{k}={v}" for k, v in server_env(cfg).items())
+            print((env + " " if env else "") + shlex.join(serve_command(cfg, DRY_RUN_PORT)))
         return 0
     try:
         result = run_vllm_bench(methods=args.methods, ks=args.k, concurrency=args.concurrency, prompts=args.prompts,
                                 num_prompts=args.num_prompts, max_new_tokens=args.max_new_tokens,
-                                temperature=args.temperature, dtype=args.dtype, target=args.target,
+                                temperature=args.temperature, target=args.target,
                                 eagle_drafter=args.eagle_drafter, peagle_drafter=args.peagle_drafter,
-                                enforce_eager=not args.compile, max_model_len=args.max_model_len,
-                                workdir=args.logs, seed=args.seed, spread=args.spread,
-                                memory_fraction=args.gpu_memory_utilization)
+                                max_model_len=args.max_model_len, workdir=args.logs, seed=args.seed,
+                                spread=args.spread, **serving)
     except (ValueError, FileNotFoundError) as err:
         raise SystemExit(f"peagle-lab vllm-bench: {err}") from None
     result["command"] = "peagle-lab " + " ".join(args.argv)
@@ -516,15 +530,22 @@ def add_vllm_bench_parser(sub) -> None:
     s.add_argument("--concurrency", type=_ints, default=[1, 4], help="max requests in flight, e.g. 1,2,4,8")
     _add_prompt_args(s)
     s.add_argument("--temperature", type=_non_negative, default=0.0)
-    s.add_argument("--dtype", default="float32", help="vLLM --dtype (float32 on CPUs without native bf16)")
+    s.add_argument("--dtype", default=None, help="vLLM --dtype (default: bfloat16 on a CUDA GPU, float32 on a CPU)")
     s.add_argument("--eagle-drafter", default=None, help="EAGLE-3 drafter: a folder or a Hugging Face id")
     s.add_argument("--peagle-drafter", default=None, help="P-EAGLE drafter: a folder or a Hugging Face id")
     s.add_argument("--target", default=None, help="HF folder or Hugging Face id vLLM serves "
                                                   "(default: the embedded SmolLM2, converted)")
     s.add_argument("--max-model-len", type=_positive, default=2048)
-    s.add_argument("--gpu-memory-utilization", type=_fraction, default=0.35,
+    s.add_argument("--gpu-memory-utilization", type=_fraction, default=None,
                    help="fraction of GPU (or CPU) memory vLLM may reserve (default 0.35)")
-    s.add_argument("--compile", action="store_true", help="let vLLM compile the model instead of --enforce-eager")
+    s.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
+                   help="compile the model and capture CUDA graphs (default on a CUDA GPU) or --no-compile: "
+                        "--enforce-eager (default on a CPU)")
+    s.add_argument("--model-runner", choices=["auto", "v1", "v2"], default=None,
+                   help="vLLM's model runner (default on a GPU when peagle is swept: v1 for every method, since "
+                        "vLLM runs parallel drafting only there; auto: vLLM's own choice)")
+    s.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"],
+                   help="whose defaults to take: auto (CUDA when present), cpu or cuda")
     s.add_argument("--dry-run", action="store_true",
                    help="print the vLLM server command of every configuration (port 8000) and exit; starts nothing")
     s.add_argument("--logs", default=None, help="folder for server logs and vLLM bench results (default: a temp dir)")

@@ -131,7 +131,7 @@ def test_dry_run_builds_the_exact_commands_for_hugging_face_ids(capsys):
     assert main(["vllm-bench", "--dry-run", "--methods", "ar,eagle,peagle", "--k", "3,7",
                  "--target", "openai/gpt-oss-20b", "--eagle-drafter", "someone/gpt-oss-20b-eagle3",
                  "--peagle-drafter", "amazon/gpt-oss-20b-p-eagle", "--dtype", "auto", "--compile",
-                 "--max-model-len", "4096", "--gpu-memory-utilization", "0.85"]) == 0
+                 "--max-model-len", "4096", "--gpu-memory-utilization", "0.85", "--device", "cpu"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     cmds = [shlex.split(line) for line in lines]
     base = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", "openai/gpt-oss-20b",
@@ -160,3 +160,38 @@ def test_a_target_that_is_neither_folder_nor_hub_id_names_the_fix(tmp_path):
                               peagle_drafter="amazon/gpt-oss-20b-p-eagle", enforce_eager=False)
     assert target == "openai/gpt-oss-20b" and [key for key, _ in plan] == [("ar", None), ("peagle", 5)]
     assert plan[1][1].drafter == "amazon/gpt-oss-20b-p-eagle" and plan[1][1].enforce_eager is False
+
+
+@pytest.mark.parametrize("device, expect", [
+    ("cpu", dict(prefix="", dtype="float32", eager=True)),
+    ("cuda", dict(prefix="VLLM_USE_V2_MODEL_RUNNER=0 ", dtype="bfloat16", eager=False)),
+])
+def test_serving_defaults_come_from_the_device(device, expect, capsys):
+    """Unset flags take the device's defaults (a CUDA GPU: bf16, CUDA graphs, and V1 for every method when
+    P-EAGLE is swept, so the methods share one model runner); given flags win. Dry run: nothing starts."""
+    from peagle_lab.cli import main
+
+    hub = ["--target", "openai/gpt-oss-20b", "--peagle-drafter", "amazon/gpt-oss-20b-p-eagle"]
+    assert main(["vllm-bench", "--dry-run", "--methods", "ar,peagle", "--k", "3", "--device", device] + hub) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 2
+    assert all(line.startswith(expect["prefix"]) and line.count("VLLM_USE_V2") == bool(expect["prefix"])
+               for line in lines)
+    assert all(f"--dtype {expect['dtype']}" in line for line in lines)
+    assert all(("--enforce-eager" in line) == expect["eager"] for line in lines)
+    # flags given on the command line win over the device's choice
+    assert main(["vllm-bench", "--dry-run", "--methods", "ar,peagle", "--k", "3", "--device", device,
+                 "--model-runner", "auto", "--dtype", "float16", "--no-compile"] + hub) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert all("VLLM_USE_V2" not in line and "--dtype float16" in line and "--enforce-eager" in line
+               for line in lines)
+
+
+def test_without_peagle_a_gpu_keeps_vllms_own_runner():
+    from peagle_lab.serving.bench import serving_defaults
+    from peagle_lab.serving.server import ServeConfig, server_env
+
+    assert serving_defaults(True, ["ar", "eagle"])["model_runner"] == "auto"
+    assert serving_defaults(True, ["peagle"])["startup_timeout"] > serving_defaults(False, ["peagle"])["startup_timeout"]
+    with pytest.raises(ValueError, match="model runner"):
+        server_env(ServeConfig(target="t", model_runner="v3"))

@@ -3,7 +3,8 @@ swept over K and concurrency. ``ar`` is plain decoding (no speculation), as in `
 
 How a sweep runs
 * One vLLM server per (method, K) (:class:`~.server.VLLMServer`), reused for every concurrency;
-  one short warm-up request per server, untimed.
+  warmed up untimed with every prompt once at the top concurrency and short replies (on a GPU the
+  first requests of each prefill length compile kernels).
 * Load comes from vLLM's own ``vllm bench serve`` (:mod:`.bench_serve`; one client process per
   server runs every concurrency in turn, reading the counters around each run) with a custom JSONL
   dataset holding the first N prompts in file order (``--disable-shuffle``, no oversampling).
@@ -85,6 +86,25 @@ def bench_serve_args(*, base_url: str, model: str, dataset: str | os.PathLike, n
             "--extra-body", json.dumps({"add_special_tokens": add_special_tokens}),
             "--save-result", "--save-detailed", "--result-dir", str(result_dir), "--result-filename", result_name,
             "--seed", str(seed), "--disable-tqdm"]
+
+
+def serving_defaults(cuda: bool, methods) -> dict:
+    """What a sweep uses where the user did not say, chosen from the device.
+
+    On a CUDA GPU: bf16 weights, CUDA graphs (no ``--enforce-eager``), a longer start-up timeout (compile and
+    capture take minutes) and, when P-EAGLE is swept, vLLM's V1 model runner for every method: vLLM 0.26 runs
+    parallel drafting only on V1 while it serves the others on V2, and V1 alone halved EAGLE-3's tokens/s on
+    an H200 (``benchmarks/results/vllm_cuda_h200_sweep.json``), so mixed runners would compare runners, not
+    drafting. On a CPU: float32, eager, vLLM's own runner.
+
+    >>> serving_defaults(True, ["ar", "peagle"])["model_runner"], serving_defaults(False, ["ar"])["dtype"]
+    ('v1', 'float32')
+    """
+    if not cuda:
+        return dict(dtype="float32", enforce_eager=True, memory_fraction=0.35, startup_timeout=600.0,
+                    model_runner="auto")
+    return dict(dtype="bfloat16", enforce_eager=False, memory_fraction=0.35, startup_timeout=1200.0,
+                model_runner="v1" if "peagle" in methods else "auto")
 
 
 def validate(methods, ks, concurrency, num_prompts: int, max_new_tokens: int) -> None:
@@ -207,7 +227,8 @@ def run_loads(server: VLLMServer, *, dataset: Path, num_prompts: int, max_new_to
 
 def sweep_plan(*, methods, ks, target: str | None = None, eagle_drafter: str | None = None,
                peagle_drafter: str | None = None, dtype: str = "float32", max_model_len: int = 2048,
-               enforce_eager: bool = True, memory_fraction: float = 0.35) -> tuple[str, list]:
+               enforce_eager: bool = True, memory_fraction: float = 0.35,
+               model_runner: str = "auto") -> tuple[str, list]:
     """(target, [((method, K), ServeConfig), ...]): one vLLM server per configuration, in run order.
 
     Starts nothing and downloads nothing: ``serve_command(cfg, port)`` gives each server's command.
@@ -223,7 +244,7 @@ def sweep_plan(*, methods, ks, target: str | None = None, eagle_drafter: str | N
                 (("eagle", eagle_drafter), ("peagle", peagle_drafter)) if m in methods}
     plan = [((m, k), ServeConfig(target=target_dir, method=m, drafter=drafters.get(m), k=k or 1, dtype=dtype,
                                  max_model_len=max_model_len, enforce_eager=enforce_eager,
-                                 memory_fraction=memory_fraction))
+                                 memory_fraction=memory_fraction, model_runner=model_runner))
             for m in methods for k in (ks if m != "ar" else [None])]
     return target_dir, plan
 
@@ -232,7 +253,8 @@ def run_vllm_bench(*, methods, ks, concurrency, prompts: str, num_prompts: int, 
                    temperature: float = 0.0, dtype: str = "float32", target: str | None = None,
                    eagle_drafter: str | None = None, peagle_drafter: str | None = None, enforce_eager: bool = True,
                    max_model_len: int = 2048, workdir: str | None = None, seed: int = 0, progress: bool = True,
-                   spread: bool = False, memory_fraction: float = 0.35) -> dict:
+                   spread: bool = False, memory_fraction: float = 0.35, model_runner: str = "auto",
+                   startup_timeout: float = 600.0) -> dict:
     """Run the sweep and return the JSON-ready result (``{"results": [...], ...}``).
 
     ``target`` and the drafters are local folders or Hugging Face ids (``openai/gpt-oss-20b``)."""
@@ -246,7 +268,8 @@ def run_vllm_bench(*, methods, ks, concurrency, prompts: str, num_prompts: int, 
         raise RuntimeError(f"vLLM is not installed; {VLLM_INSTALL}")
     target_dir, plan = sweep_plan(methods=methods, ks=ks, target=target, eagle_drafter=eagle_drafter,
                                   peagle_drafter=peagle_drafter, dtype=dtype, max_model_len=max_model_len,
-                                  enforce_eager=enforce_eager, memory_fraction=memory_fraction)
+                                  enforce_eager=enforce_eager, memory_fraction=memory_fraction,
+                                  model_runner=model_runner)
     for (m, k), cfg in plan:                   # refuse a mismatched drafter before any server starts
         if m != "ar":
             check_drafter_config(cfg.drafter, target_dir, m, k)
@@ -269,8 +292,14 @@ def run_vllm_bench(*, methods, ks, concurrency, prompts: str, num_prompts: int, 
     bar = tqdm(total=len(plan) * len(concurrency), desc="vllm-bench runs", disable=not progress, file=sys.stderr)
     for (method, k), cfg in plan:
         bar.set_postfix_str(f"starting vLLM: {method}" + (f" K={k}" if k else ""))
-        with VLLMServer(cfg, log_path=str(work / f"server-{method}-k{k or 0}.log")) as server:
-            server.complete(ids[0][:64], WARMUP_TOKENS)           # warm-up, untimed, before any counter read
+        with VLLMServer(cfg, startup_timeout=startup_timeout,
+                        log_path=str(work / f"server-{method}-k{k or 0}.log")) as server:
+            # warm-up, untimed, before any counter read: every prompt once at the top concurrency, short replies.
+            # On a GPU the first requests compile kernels for each new prefill length (the parallel drafter's
+            # input preparation too); a single short request left those compiles inside the timed runs.
+            run_loads(server, dataset=dataset, num_prompts=len(texts), max_new_tokens=WARMUP_TOKENS,
+                      concurrency=[max(concurrency)], temperature=temperature, add_special_tokens=add_special,
+                      workdir=_fresh(work / f"warmup-{method}-k{k or 0}"), seed=seed)
             bar.set_postfix_str(f"{method}" + (f" K={k}" if k else "") + f" concurrency {concurrency}")
             runs = run_loads(server, dataset=dataset, num_prompts=len(texts), max_new_tokens=max_new_tokens,
                              concurrency=concurrency, temperature=temperature, add_special_tokens=add_special,
@@ -287,8 +316,14 @@ def run_vllm_bench(*, methods, ks, concurrency, prompts: str, num_prompts: int, 
             "settings": {"prompts": str(prompts), "num_prompts": num_prompts, "spread": spread, "max_new_tokens": max_new_tokens,
                          "temperature": temperature, "methods": methods, "k": ks, "concurrency": concurrency,
                          "dtype": dtype, "enforce_eager": enforce_eager, "max_model_len": max_model_len,
+                         "model_runner": model_runner,
                          "load_generator": "vllm bench serve"},
             "logs": str(work), "results": rows}
+
+
+def _fresh(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    return path
 
 
 def vllm_version() -> str | None:

@@ -48,6 +48,9 @@ class ServeConfig:
     # vLLM reserves this fraction of (CPU or GPU) memory; its default 0.92 fails on a shared
     # 24 GiB CPU machine ("Available memory ... is less than desired CPU memory utilization").
     memory_fraction: float = 0.35
+    # which vLLM model runner serves: "auto" (vLLM's choice), "v1" or "v2". vLLM 0.26 runs parallel drafting
+    # only on V1 and picks V2 for plain decoding and EAGLE-3 on a GPU: "v1" puts every method on one runner
+    model_runner: str = "auto"
     extra_args: list[str] = field(default_factory=list)
 
 
@@ -102,6 +105,21 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+MODEL_RUNNERS = {"auto": None, "v1": "0", "v2": "1"}     # -> VLLM_USE_V2_MODEL_RUNNER
+
+
+def server_env(cfg: ServeConfig) -> dict[str, str]:
+    """Environment variables the server needs beyond its command line (the model runner).
+
+    >>> server_env(ServeConfig(target="t", model_runner="v1")), server_env(ServeConfig(target="t"))
+    ({'VLLM_USE_V2_MODEL_RUNNER': '0'}, {})
+    """
+    if cfg.model_runner not in MODEL_RUNNERS:
+        raise ValueError(f"unknown model runner {cfg.model_runner!r}; choose from {', '.join(MODEL_RUNNERS)}")
+    flag = MODEL_RUNNERS[cfg.model_runner]
+    return {} if flag is None else {"VLLM_USE_V2_MODEL_RUNNER": flag}
 
 
 def serve_command(cfg: ServeConfig, port: int) -> list[str]:
@@ -287,7 +305,7 @@ class VLLMServer(ServerProcess):
                 cfg = replace(cfg, drafter=str(materialise_for_vllm(cfg.drafter, cfg.target)))
         self.cfg = cfg
         port = free_port()
-        env = dict(os.environ, VLLM_LOGGING_LEVEL=os.environ.get("VLLM_LOGGING_LEVEL", "WARNING"))
+        env = dict(os.environ, VLLM_LOGGING_LEVEL=os.environ.get("VLLM_LOGGING_LEVEL", "WARNING"), **server_env(cfg))
         log_path = log_path or tempfile.mkstemp(prefix="vllm-", suffix=".log")[1]
         # vLLM serves the model under its --model argument: /v1/models lists str(cfg.target)
         super().__init__(serve_command(cfg, port), port, str(cfg.target), startup_timeout, log_path, env)
