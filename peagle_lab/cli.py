@@ -195,29 +195,57 @@ def cmd_regenerate(args) -> int:
         raise SystemExit(f"peagle-lab regenerate: {err}") from None
 
 
+REGENERATE_BATCH = {"transformers": 16, "vllm": 256}      # --batch-size by engine (vllm: its max_num_seqs)
+
+
+def _regenerate_engine(args, batch_size: int):
+    """(what renders the prompts, what writes the replies) for ``--engine``: a loaded target for transformers;
+    for vllm the target's chat template alone (vLLM loads the weights, on the first prompt that needs a reply)."""
+    from .device import DTYPES, resolve_device
+
+    if args.engine == "transformers":
+        from .target import Target
+        from .train.data import TransformersEngine
+
+        target = Target.load(args.target, device=args.device, dtype=DTYPES[args.dtype])
+        return target, TransformersEngine(target, batch_size)
+    from .train.vllm_engine import ChatTokens, VLLMEngine, local_folder, require_vllm
+
+    require_vllm()
+    chat = ChatTokens(local_folder(args.target))
+    return chat, VLLMEngine(chat, dtype=args.dtype, max_model_len=args.max_prompt_tokens + args.max_new_tokens,
+                            max_num_seqs=batch_size, cuda=resolve_device(args.device) == "cuda",
+                            memory_fraction=args.gpu_memory_utilization, seed=args.seed)
+
+
 def _regenerate(args) -> int:
-    from .device import DTYPES
     from .prompts import load_prompts
-    from .target import Target
     from .train.data import regenerate, regenerate_conversations
 
-    target = Target.load(args.target, device=args.device, dtype=DTYPES[args.dtype])
+    batch_size = args.batch_size or REGENERATE_BATCH[args.engine]
+    target, engine = _regenerate_engine(args, batch_size)
     about = {"prompts": str(args.prompts), "num_prompts": args.num_prompts, "skip_prompts": args.skip_prompts}
-    if args.all_turns:                                   # every human turn, answered turn by turn
-        from .prompts import load_conversations
+    common = dict(max_new_tokens=args.max_new_tokens, batch_size=batch_size, shard_size=args.shard_size,
+                  temperature=args.temperature, seed=args.seed, about=about, engine=engine)
+    try:
+        if args.all_turns:                               # every human turn, answered turn by turn
+            from .prompts import load_conversations
 
-        convs = load_conversations(args.prompts)[args.skip_prompts: args.skip_prompts + args.num_prompts]
-        paths = regenerate_conversations(target, convs, args.out, max_new_tokens=args.max_new_tokens,
-                                         max_context_tokens=args.max_prompt_tokens,
-                                         batch_size=args.batch_size, shard_size=args.shard_size,
-                                         temperature=args.temperature, seed=args.seed, about=about)
-        print(json.dumps({"out": args.out, "shards": len(paths), "conversations": len(convs)}))
-        return 0
-    prompts = load_prompts(args.prompts, args.num_prompts + args.skip_prompts)[args.skip_prompts:]
-    paths = regenerate(target, prompts, args.out, max_new_tokens=args.max_new_tokens,
-                       max_prompt_tokens=args.max_prompt_tokens, batch_size=args.batch_size,
-                       shard_size=args.shard_size, temperature=args.temperature, seed=args.seed, about=about)
-    print(json.dumps({"out": args.out, "shards": len(paths), "prompts": len(prompts)}))
+            convs = load_conversations(args.prompts)[args.skip_prompts: args.skip_prompts + args.num_prompts]
+            paths = regenerate_conversations(target, convs, args.out, max_context_tokens=args.max_prompt_tokens,
+                                             **common)
+            summary = {"out": args.out, "shards": len(paths), "conversations": len(convs)}
+        else:
+            prompts = load_prompts(args.prompts, args.num_prompts + args.skip_prompts)[args.skip_prompts:]
+            paths = regenerate(target, prompts, args.out, max_prompt_tokens=args.max_prompt_tokens, **common)
+            summary = {"out": args.out, "shards": len(paths), "prompts": len(prompts)}
+    finally:
+        engine.close()
+    if engine.seconds:                                   # 0 when every shard was there already
+        started = f"; {engine.start_seconds:.0f} s to start vLLM" if getattr(engine, "start_seconds", 0) else ""
+        print(f"regenerate: {args.engine} wrote {engine.reply_tokens} reply tokens in {engine.seconds:.1f} s of "
+              f"generation = {engine.reply_tokens / engine.seconds:.1f} tok/s{started}", file=sys.stderr)
+    print(json.dumps(summary))
     return 0
 
 
@@ -568,7 +596,14 @@ def add_regenerate_parser(sub) -> None:
     s.add_argument("--out", required=True, help="folder for shard-*.pt; a rerun with the same settings resumes it, "
                                                 "other settings are refused (regenerate.json records them)")
     s.add_argument("--max-new-tokens", type=_positive, default=256)
-    s.add_argument("--batch-size", type=_positive, default=16)
+    s.add_argument("--engine", default="transformers", choices=["transformers", "vllm"],
+                   help="what writes the replies: transformers (default) or vLLM's offline engine (the same shards; "
+                        "worth it on a GPU with CUDA vLLM and large batches)")
+    s.add_argument("--batch-size", type=_positive, default=None,
+                   help="prompts decoded together (default 16); with --engine vllm, vLLM's max_num_seqs (default 256)")
+    s.add_argument("--gpu-memory-utilization", type=_fraction, default=None,
+                   help="--engine vllm: the share of GPU (or CPU) memory vLLM reserves (default 0.85 on a GPU, "
+                        "0.35 on a CPU)")
     s.add_argument("--shard-size", type=_positive, default=256)
     s.add_argument("--temperature", type=_non_negative, default=0.0)
     s.add_argument("--seed", type=_count, default=0)
@@ -740,6 +775,17 @@ def _check_paths(p: argparse.ArgumentParser, args) -> None:
             p.error(f"--prompts {args.prompts}: neither mt-bench, humaneval, sharegpt nor an existing .jsonl file")
 
 
+def _check_regenerate_engine(p: argparse.ArgumentParser, args) -> None:
+    import importlib.util
+
+    if args.engine == "vllm" and importlib.util.find_spec("vllm") is None:
+        from .serving.server import VLLM_INSTALL
+
+        p.error(f"--engine vllm: vLLM is not installed; {VLLM_INSTALL}")
+    if args.engine != "vllm" and args.gpu_memory_utilization is not None:
+        p.error("--gpu-memory-utilization is for --engine vllm (transformers takes what it needs)")
+
+
 def check_args(parser: argparse.ArgumentParser, args) -> None:
     """Rules that join several flags (argparse types check each flag alone) and the local folders a command
     reads; ``error`` exits 2 with one line naming the command and the flag, before any model loads."""
@@ -747,11 +793,33 @@ def check_args(parser: argparse.ArgumentParser, args) -> None:
     p = subs.choices[args.command]
     if args.command == "generate" and args.method != "ar" and not args.drafter:
         p.error(f"--method {args.method} needs --drafter FOLDER (a drafter checkpoint; or use --method ar)")
+    if args.command == "regenerate":
+        _check_regenerate_engine(p, args)
     if args.command == "train" and args.method == "peagle" and args.val_prompts and not args.init_from \
             and args.val_k > args.max_depth:
         p.error(f"--val-k {args.val_k} exceeds --max-depth {args.max_depth}: a P-EAGLE drafter drafts at most "
                 "the depths it was trained on")
     _check_paths(p, args)
+    _check_outputs(p, args)
+
+
+def _holds(outer: str, inner: str) -> bool:
+    """True when folder ``inner`` is ``outer`` or lies inside it: replacing ``outer`` would take ``inner`` along."""
+    from pathlib import Path
+
+    a, b = Path(outer).expanduser().resolve(), Path(inner).expanduser().resolve()
+    return a == b or a in b.parents
+
+
+def _check_outputs(p: argparse.ArgumentParser, args) -> None:
+    """An export never replaces what its own command reads or keeps (the drafter it converts, the run folder with
+    checkpoint.pt), even one peagle-lab wrote, unless --overwrite says so (exit 2, before any model loads)."""
+    if args.command == "export-speculators" and not args.overwrite and _holds(args.out, args.drafter):
+        p.error(f"out {args.out} is (or holds) the drafter folder {args.drafter} it converts: writing there would "
+                "delete that drafter. Choose a new or empty folder, or pass --overwrite to replace it")
+    if args.command == "train" and args.export and not args.overwrite and _holds(args.export, args.out):
+        p.error(f"--export {args.export} is (or holds) the run folder --out {args.out}: writing there would delete "
+                "its checkpoint.pt. Choose another --export (default OUT/drafter), or pass --overwrite to replace it")
 
 
 def build_parser() -> argparse.ArgumentParser:

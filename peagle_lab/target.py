@@ -29,6 +29,19 @@ def default_aux_layer_ids(num_layers: int) -> tuple[int, int, int]:
     return (2, num_layers // 2, num_layers - 3)
 
 
+def eos_token_ids(*sources) -> tuple[int, ...]:
+    """Every end-of-sequence id the ``sources`` name (a generation config, a model config, a tokenizer; None
+    skipped), sorted: a reply ends at the first of them."""
+    ids = set()
+    for source in sources:
+        value = getattr(source, "eos_token_id", None) if source is not None else None
+        if isinstance(value, int):
+            ids.add(value)
+        elif isinstance(value, (list, tuple)):
+            ids.update(int(v) for v in value)
+    return tuple(sorted(ids))
+
+
 @dataclass
 class TargetOutput:
     logits: torch.Tensor          # (B, T, V) float32
@@ -87,14 +100,7 @@ class Target:
         return str(getattr(self.config, "_name_or_path", "") or type(self.model).__name__)
 
     def _eos_ids(self) -> tuple[int, ...]:
-        ids = set()
-        for source in (getattr(self.model, "generation_config", None), self.config, self.tokenizer):
-            value = getattr(source, "eos_token_id", None) if source is not None else None
-            if isinstance(value, int):
-                ids.add(value)
-            elif isinstance(value, (list, tuple)):
-                ids.update(int(v) for v in value)
-        return tuple(sorted(ids))
+        return eos_token_ids(getattr(self.model, "generation_config", None), self.config, self.tokenizer)
 
     # ----------------------------------------------------------------------------- taps
     def _make_hook(self, layer_id: int):

@@ -119,6 +119,26 @@ def test_cli_exports_refuse_the_users_folder_before_any_work(tmp_path, monkeypat
     assert snapshot(dest) == before
 
 
+def test_an_export_never_replaces_what_its_own_command_reads(tmp_path, monkeypatch, capsys):
+    """export-speculators into the drafter it converts (ours, marked) and train --export over its own run folder
+    are refused at once (exit 2, one line), before any model loads; the drafter stays byte for byte."""
+    import peagle_lab.target as target_module
+
+    monkeypatch.setattr(target_module.Target, "load", lambda *a, **k: pytest.fail("a model loaded"))
+    drafter = save_drafter(random_drafter(tiny_target(vocab=50), parallel=True), tmp_path / "drafter")
+    before = snapshot(drafter)
+    data = _shards(tmp_path / "data", _samples(0))
+    for argv, named in ((["export-speculators", str(drafter), str(drafter)], "drafter folder"),
+                        (["export-speculators", str(drafter), str(tmp_path)], "drafter folder"),
+                        (["train", "--data", str(data), "--out", str(tmp_path / "x" / "run"), "--export",
+                          str(tmp_path / "x")], "checkpoint.pt")):
+        with pytest.raises(SystemExit) as err:
+            main(argv)
+        line = capsys.readouterr().err.strip()
+        assert err.value.code == 2 and len(line.splitlines()) == 1 and named in line and "--overwrite" in line
+    assert snapshot(drafter) == before
+
+
 # ----------------------------------------------------------------------------- resume
 def _samples(low: int, n: int = 12, seed: int = 0) -> list[Sample]:
     """Runs of 25 token ids in [low, low + 25): two such sets share no token."""
@@ -369,6 +389,17 @@ def _wait_for(check, seconds: float):
     return False
 
 
+def _answers(port: int) -> bool:
+    """True once something on ``port`` answers ``/v1/models``."""
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=2):
+            return True
+    except OSError:
+        return False
+
+
 @pytest.fixture
 def fake_server(tmp_path):
     path = tmp_path / "fake_server.py"
@@ -382,7 +413,7 @@ def test_another_process_on_the_port_is_not_taken_for_our_server(fake_server):
     port = free_port()
     foreign = subprocess.Popen([sys.executable, str(fake_server), str(port), "m"])
     try:
-        assert _wait_for(lambda: ServerProcess([], port, "m").health_problem() is not None, 5)
+        assert _wait_for(lambda: _answers(port), 30), "the foreign server never answered"   # the port is taken
         died = ServerProcess([sys.executable, "-c", "import sys; sys.exit(3)"], port, "m", startup_timeout=30)
         with pytest.raises(RuntimeError, match="exited with code 3"):   # the port answers, our process is dead
             died.start()
@@ -391,6 +422,10 @@ def test_another_process_on_the_port_is_not_taken_for_our_server(fake_server):
         with pytest.raises(TimeoutError, match=rf"not 'ours': another process holds port {port}"):
             idle.start()                                                # alive, but the answer is someone else's
         assert idle.proc is None and not alive_in_group(idle.pgid)      # and it was stopped, group and all
+        if Path("/proc/net/tcp").exists():                              # the same model name, someone else's socket
+            quiet = ServerProcess([sys.executable, "-c", "import time; time.sleep(60)"], port, "m", startup_timeout=3)
+            with pytest.raises(TimeoutError, match=rf"no process of the server's group .* listens on port {port}"):
+                quiet.start()
     finally:
         foreign.terminate()
         foreign.wait()

@@ -7,9 +7,10 @@ timeout; and leaving the ``with`` block -- normally, on an exception, or on a no
 SIGHUP to this process and its normal exit (``atexit``): no server outlives the process that
 started it (a SIGKILL cannot be caught; then the group is left to the operating system).
 
-Healthy means *this* server answered: its own process is alive and the port's ``/v1/models``
-lists the model it was started with. Any other process that happens to answer on the port (a
-``200`` from something else) is not taken for it.
+Healthy means *this* server answered: its own process is alive, the port's ``/v1/models``
+lists the model it was started with, and (where /proc tells) the socket listening on the port is
+held by the server's own process group. Any other process that happens to answer on the port (a
+``200`` from something else, even another server of the same model) is not taken for it.
 """
 from __future__ import annotations
 
@@ -180,13 +181,49 @@ def _restore_handlers() -> None:
 atexit.register(stop_all_servers)
 
 
+def _listening_sockets(port: int) -> set[str] | None:
+    """``socket:[inode]`` of every TCP socket listening on ``port`` (Linux /proc/net), or None where there is no
+    /proc to ask."""
+    tables = [t for t in (Path("/proc/net/tcp"), Path("/proc/net/tcp6")) if t.exists()]
+    if not tables:
+        return None
+    found = set()
+    for table in tables:
+        for line in table.read_text().splitlines()[1:]:
+            fields = line.split()                    # sl local_address rem_address st ... inode
+            if len(fields) > 9 and fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                found.add(f"socket:[{fields[9]}]")
+    return found
+
+
+def _group_listens(pgid: int, port: int) -> bool | None:
+    """True when a process of group ``pgid`` holds a socket listening on ``port``, False when none does, None when
+    this system cannot tell (no /proc, or the group's open files may not be read): an answer on the port is then
+    taken on the model list alone."""
+    sockets, unreadable = _listening_sockets(port), False
+    if sockets is None:
+        return None
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            if int(stat.read_text().rsplit(")", 1)[1].split()[2]) != pgid:
+                continue
+            if any(os.readlink(fd) in sockets for fd in (stat.parent / "fd").iterdir()):
+                return True
+        except PermissionError:                      # e.g. a strict ptrace scope: /proc/PID/fd is closed to us
+            unreadable = True
+        except (OSError, ValueError, IndexError):    # a process that ended meanwhile
+            continue
+    return None if unreadable else False
+
+
 class ServerProcess:
     """An OpenAI-compatible server as a subprocess: ``command`` listens on 127.0.0.1:``port`` and serves ``model``.
 
     It runs in a process group of its own, which :meth:`stop` ends (SIGTERM, then SIGKILL) -- so does leaving
     the ``with`` block, a SIGTERM / SIGHUP to this process, or this process's exit. Healthy
-    (:meth:`health_problem` is None) means the process we started is alive *and* ``/v1/models`` on its port
-    lists ``model``: another process answering on the port is never taken for it."""
+    (:meth:`health_problem` is None) means the process we started is alive, ``/v1/models`` on its port
+    lists ``model`` and (Linux) its group holds the listening socket: another process answering on the port is
+    never taken for it."""
 
     label = "server"
 
@@ -239,6 +276,9 @@ class ServerProcess:
                     f"port {self.port}")
         if proc.poll() is not None:                      # it may have died while the port answered
             return f"the {self.label} process {proc.pid} exited with code {proc.returncode}"
+        if _group_listens(self.pgid, self.port) is False:  # alive, but the answer came from someone else's socket
+            return (f"{self.url} answers, but no process of the {self.label}'s group {self.pgid} listens on port "
+                    f"{self.port}: another process holds it")
         return None
 
     def healthy(self) -> bool:

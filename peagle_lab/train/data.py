@@ -12,6 +12,10 @@ sha256 of the prompts it holds. A rerun into the same folder with other settings
 would hold other prompts, is refused (:class:`RegenerationMismatch`, naming each difference) before
 anything is generated, so no shard of another run is ever taken as done. :func:`claim_output` is
 that check, for any engine that writes these shards.
+
+The replies come from an *engine*: :class:`TransformersEngine` (the default; ``--engine transformers``,
+recorded as ``"hf"``) or vLLM's offline engine (:class:`~peagle_lab.train.vllm_engine.VLLMEngine`,
+``--engine vllm``). Both are handed the same chat-templated token ids and write the same shards.
 """
 from __future__ import annotations
 
@@ -19,6 +23,7 @@ import hashlib
 import json
 import os
 import re
+import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -181,14 +186,31 @@ def claim_output(out_dir: str | os.PathLike, settings: dict, plan: dict[str, dic
         tmp.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
 
 
-def generation_settings(target, *, all_turns: bool, max_new_tokens: int, max_prompt_tokens: int, shard_size: int,
-                        batch_size: int, temperature: float, seed: int, engine: str = "hf") -> dict:
-    """The settings :func:`claim_output` compares: everything that decides which replies a shard holds."""
+def _dtype_name(target) -> str | None:
     dtype = getattr(getattr(target, "model", None), "dtype", None)
+    return None if dtype is None else str(dtype).removeprefix("torch.")
+
+
+def generation_settings(target, *, all_turns: bool, max_new_tokens: int, max_prompt_tokens: int, shard_size: int,
+                        batch_size: int, temperature: float, seed: int, engine: str = "hf",
+                        dtype: str | None = None) -> dict:
+    """The settings :func:`claim_output` compares: everything that decides which replies a shard holds.
+
+    ``dtype``: the weights' dtype while replying (default: the loaded target's)."""
     return {"format": 1, "engine": engine, "all_turns": bool(all_turns), "max_new_tokens": int(max_new_tokens),
             "max_prompt_tokens": int(max_prompt_tokens), "shard_size": int(shard_size), "batch_size": int(batch_size),
             "temperature": float(temperature), "seed": int(seed), "target": target_identity(target),
-            "dtype": None if dtype is None else str(dtype).removeprefix("torch.")}
+            "dtype": dtype if dtype is not None else _dtype_name(target)}
+
+
+def reply_sample(prompt: list[int], reply: list[int], eos_token_ids) -> dict:
+    """One shard entry: ``prompt`` followed by ``reply`` cut after its first EOS (kept), int32 ids."""
+    reply = list(reply)
+    for j, t in enumerate(reply):
+        if t in eos_token_ids:
+            reply = reply[: j + 1]
+            break
+    return {"ids": torch.tensor(list(prompt) + reply, dtype=torch.int32), "prompt_len": len(prompt)}
 
 
 @torch.inference_mode()
@@ -205,15 +227,40 @@ def _generate_batch(target, prompt_ids: list[list[int]], max_new_tokens: int, te
     torch.manual_seed(seed)
     out = model.generate(ids.to(device), attention_mask=attn.to(device), max_new_tokens=max_new_tokens,
                          eos_token_id=list(target.eos_token_ids), pad_token_id=pad, **kwargs).cpu()
-    samples = []
-    for i, p in enumerate(prompt_ids):
-        reply = out[i, width:].tolist()
-        for j, t in enumerate(reply):                     # keep up to and including the first EOS
-            if t in target.eos_token_ids:
-                reply = reply[: j + 1]
-                break
-        samples.append({"ids": torch.tensor(p + reply, dtype=torch.int32), "prompt_len": len(p)})
-    return samples
+    return [reply_sample(p, out[i, width:].tolist(), target.eos_token_ids) for i, p in enumerate(prompt_ids)]
+
+
+class TransformersEngine:
+    """Replies by transformers' ``generate`` on a loaded target, ``batch_size`` prompts of similar length at a
+    time (left padding). An engine is any object with ``name`` and ``dtype`` (recorded in ``regenerate.json``),
+    ``answer`` and ``close``; ``reply_tokens`` and ``seconds`` count what it generated."""
+
+    name = "hf"                                           # --engine transformers
+
+    def __init__(self, target, batch_size: int = 16):
+        self.target, self.batch_size, self.dtype = target, int(batch_size), _dtype_name(target)
+        self.reply_tokens, self.seconds = 0, 0.0
+
+    def answer(self, asks: list[list[int]], *, max_new_tokens: int, temperature: float, seed: int,
+               tick=None) -> list[dict]:
+        """One shard entry per prompt of ``asks`` (token ids), in their order; batch ``b`` of the prompts sorted
+        by length is seeded ``seed + b``. ``tick(n)`` after each batch of ``n``."""
+        start = time.perf_counter()
+        order = sorted(range(len(asks)), key=lambda i: len(asks[i]))   # similar lengths per batch: less padding
+        samples: list = [None] * len(asks)
+        for b in range(0, len(order), self.batch_size):
+            idx = order[b: b + self.batch_size]
+            made = _generate_batch(self.target, [asks[i] for i in idx], max_new_tokens, temperature, seed + b)
+            for i, s in zip(idx, made):
+                samples[i] = s
+            if tick:
+                tick(len(idx))
+        self.seconds += time.perf_counter() - start
+        self.reply_tokens += sum(s["ids"].numel() - s["prompt_len"] for s in samples)
+        return samples
+
+    def close(self) -> None:
+        """Nothing to release (the target stays loaded)."""
 
 
 def _prompt_ids(target, prompt: str, max_tokens: int) -> list[int]:
@@ -227,18 +274,23 @@ def _prompt_ids(target, prompt: str, max_tokens: int) -> list[int]:
 
 def regenerate(target, prompts: list[str], out_dir: str | os.PathLike, *, max_new_tokens: int = 256,
                max_prompt_tokens: int = 384, batch_size: int = 16, shard_size: int = 256,
-               temperature: float = 0.0, seed: int = 0, progress: bool = True, about: dict | None = None) -> list[Path]:
+               temperature: float = 0.0, seed: int = 0, progress: bool = True, about: dict | None = None,
+               engine=None) -> list[Path]:
     """Write ``out_dir/shard-00000.pt`` ... for ``prompts``; existing shards of the same settings and prompts are
-    kept (resume), other ones refused (:func:`claim_output`; ``about`` says how the prompts were chosen)."""
+    kept (resume), other ones refused (:func:`claim_output`; ``about`` says how the prompts were chosen).
+
+    ``engine`` writes the replies (default: :class:`TransformersEngine` on ``target``); with another engine
+    ``target`` need only render prompts (``chat_ids``, ``eos_token_ids``; e.g.
+    :class:`~peagle_lab.train.vllm_engine.ChatTokens`) and ``batch_size`` is only recorded."""
     out = Path(out_dir)
+    engine = engine or TransformersEngine(target, batch_size)
     settings = generation_settings(target, all_turns=False, max_new_tokens=max_new_tokens,
                                    max_prompt_tokens=max_prompt_tokens, shard_size=shard_size, batch_size=batch_size,
-                                   temperature=temperature, seed=seed)
+                                   temperature=temperature, seed=seed, engine=engine.name, dtype=engine.dtype)
     claim_output(out, settings, shard_plan(prompts, shard_size), about)
     paths = []
-    shards = range(0, len(prompts), shard_size)
     bar = tqdm(total=len(prompts), desc="regenerating replies", disable=not progress)
-    for s_idx, start in enumerate(shards):
+    for s_idx, start in enumerate(range(0, len(prompts), shard_size)):
         path = out / f"shard-{s_idx:05d}.pt"
         paths.append(path)
         chunk = prompts[start: start + shard_size]
@@ -246,14 +298,8 @@ def regenerate(target, prompts: list[str], out_dir: str | os.PathLike, *, max_ne
             bar.update(len(chunk))
             continue
         ids = [_prompt_ids(target, p, max_prompt_tokens) for p in chunk]
-        order = sorted(range(len(ids)), key=lambda i: len(ids[i]))   # similar lengths per batch: less padding
-        samples: list = [None] * len(ids)
-        for b in range(0, len(order), batch_size):
-            idx = order[b: b + batch_size]
-            for i, s in zip(idx, _generate_batch(target, [ids[i] for i in idx], max_new_tokens, temperature,
-                                                 seed + start + b)):
-                samples[i] = s
-            bar.update(len(idx))
+        samples = engine.answer(ids, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed + start,
+                                tick=bar.update)
         with atomic_file(path) as tmp:
             torch.save(samples, tmp)
     bar.close()
@@ -263,7 +309,7 @@ def regenerate(target, prompts: list[str], out_dir: str | os.PathLike, *, max_ne
 def regenerate_conversations(target, conversations: list[list[str]], out_dir: str | os.PathLike, *,
                              max_new_tokens: int = 256, max_context_tokens: int = 1024, batch_size: int = 16,
                              shard_size: int = 256, temperature: float = 0.0, seed: int = 0,
-                             progress: bool = True, about: dict | None = None) -> list[Path]:
+                             progress: bool = True, about: dict | None = None, engine=None) -> list[Path]:
     """Multi-turn data: every human turn of each conversation answered by the target, turn by turn.
 
     Turn ``t`` of a conversation is asked with the target's own replies to turns ``0..t-1`` in its
@@ -274,25 +320,27 @@ def regenerate_conversations(target, conversations: list[list[str]], out_dir: st
     The same turn of all ``shard_size`` conversations of a shard is generated together (wide batches)
     and saved as ``shard-SSSSS-tT.pt`` as soon as it is done, so an interrupted run loses at most the
     turn it was on: a rerun reads the earlier turns' replies back and goes on from there -- only a rerun
-    with the same settings and conversations (:func:`claim_output`), so no turn builds on another run's replies."""
+    with the same settings and conversations (:func:`claim_output`), so no turn builds on another run's replies.
+    ``engine``: as in :func:`regenerate` (``target`` then also needs ``chat_history_ids``)."""
     out = Path(out_dir)
+    engine = engine or TransformersEngine(target, batch_size)
     settings = generation_settings(target, all_turns=True, max_new_tokens=max_new_tokens,
                                    max_prompt_tokens=max_context_tokens, shard_size=shard_size, batch_size=batch_size,
-                                   temperature=temperature, seed=seed)
+                                   temperature=temperature, seed=seed, engine=engine.name, dtype=engine.dtype)
     claim_output(out, settings, shard_plan(conversations, shard_size), about)
     paths = []
     bar = tqdm(total=len(conversations), desc="regenerating conversations", disable=not progress)
     for s_idx, start in enumerate(range(0, len(conversations), shard_size)):
         chunk = conversations[start: start + shard_size]
         paths += _answer_turns(target, chunk, out, f"shard-{s_idx:05d}", max_new_tokens, max_context_tokens,
-                               batch_size, temperature, seed + start)
+                               engine, temperature, seed + start)
         bar.update(len(chunk))
     bar.close()
     return paths
 
 
 def _answer_turns(target, chunk: list[list[str]], out: Path, stem: str, max_new_tokens: int, max_context_tokens: int,
-                  batch_size: int, temperature: float, seed: int) -> list[Path]:
+                  engine, temperature: float, seed: int) -> list[Path]:
     replies: list[list[list[int]]] = [[] for _ in chunk]
     paths = []
     for turn in range(max(len(c) for c in chunk)):
@@ -313,14 +361,12 @@ def _answer_turns(target, chunk: list[list[str]], out: Path, stem: str, max_new_
             paths.pop()
             break
         asks.sort(key=lambda a: len(a[1]))                  # similar lengths per batch: less padding
+        made = engine.answer([ids for _, ids in asks], max_new_tokens=max_new_tokens, temperature=temperature,
+                             seed=seed * 31 + turn * 7919)
         samples = []
-        for b in range(0, len(asks), batch_size):
-            part = asks[b: b + batch_size]
-            made = _generate_batch(target, [ids for _, ids in part], max_new_tokens, temperature,
-                                   seed * 31 + turn * 7919 + b)
-            for (i, ids), sample in zip(part, made):
-                replies[i].append(sample["ids"][len(ids):].tolist())
-                samples.append({**sample, "conversation": i})
+        for (i, ids), sample in zip(asks, made):
+            replies[i].append(sample["ids"][len(ids):].tolist())
+            samples.append({**sample, "conversation": i})
         with atomic_file(path) as tmp:
             torch.save(samples, tmp)
     return paths
