@@ -354,8 +354,10 @@ http.server.HTTPServer(("127.0.0.1", port), Handler).serve_forever()
 """
 
 PARENT = r"""
-import sys, time
+import signal, sys, time
 from peagle_lab.serving.server import ServerProcess, free_port
+for sig in (signal.SIGTERM, signal.SIGHUP):   # started under nohup, a parent inherits SIGHUP ignored: the
+    signal.signal(sig, signal.SIG_DFL)         # test wants the signal's default ending, as a terminal gives
 fake, pid_file, mode = sys.argv[1:4]
 port = free_port()
 server = ServerProcess([sys.executable, fake, str(port), "m", "--child"], port, "m", startup_timeout=60).start()
@@ -452,7 +454,7 @@ def test_no_server_outlives_its_parent(fake_server, tmp_path, how):
     try:
         assert _wait_for(lambda: pid_file.exists() and pid_file.read_text(), 120), "the parent never started a server"
         pgid = int(pid_file.read_text())
-        assert _wait_for(lambda: len(alive_in_group(pgid)) == 2, 10)  # the server and its child
+        assert _wait_for(lambda: len(alive_in_group(pgid)) == 2, 60)  # the server and its child
         if how == "exit":
             parent.stdin.write("go\n")
             parent.stdin.flush()
