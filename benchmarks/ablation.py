@@ -19,73 +19,71 @@ from pathlib import Path
 
 RESULTS = Path(__file__).parent / "results"
 
-# The recipe run (device_recipe_2026-12-01h.json): four arms side by side, same 4,119 multi-turn samples, ~750 steps.
-RECIPE = "ablation_eval_recipe_mtbench80.json"
-# The second recipe run (device_recipe_2026-12-01i.json): five arms side by side on 4,631 multi-turn samples, 9 minutes.
-RECIPE2 = "ablation_eval_recipe2_mtbench80.json"
-# The fourth recipe window (device_recipe_2026-12-02j.json): the P-EAGLE recipe arm and EAGLE-3 alone, 15 minutes, ~20 epochs.
-RECIPE3 = "ablation_eval_recipe3_mtbench80.json"
-# The fifth recipe window (device_recipe_2026-12-02k.json): both arms on the greedy archive plus two sampled replies per turn.
-RECIPE4 = "ablation_eval_recipe4_mtbench80.json"
+# Each recipe run trains its arms side by side on one H200 (training record: recipe_*_h200.json), then
+# benchmarks/ablation_eval.py replays them at K=3/5/7 (ablation_eval_*.json).
+RECIPE = "ablation_eval_mask_token.json"       # four arms, 4,119 multi-turn samples, ~750 steps
+RECIPE2 = "ablation_eval_noise_data.json"      # five arms, 4,631 multi-turn samples, 9 minutes
+RECIPE3 = "ablation_eval_epochs.json"          # the P-EAGLE recipe and EAGLE-3 alone, 15 minutes, ~20 epochs
+RECIPE4 = "ablation_eval_sampled_data.json"    # both on the greedy archive plus two sampled replies per turn
 
 # (lever, arm, replay file, drafter key, what the arm is)
 ARMS = [
-    ("layers", "2 layers", "replay_acceptance_capacity.json", "peagleL2", "P-EAGLE 2L, MLP 1536, target head (run 7)"),
-    ("layers", "4 layers", "replay_acceptance_capacity.json", "peagleL4", "P-EAGLE 4L, MLP 1536, target head (run 7)"),
+    ("layers", "2 layers", "replay_acceptance_capacity.json", "peagleL2", "P-EAGLE 2L, MLP 1536, target head (capacity run)"),
+    ("layers", "4 layers", "replay_acceptance_capacity.json", "peagleL4", "P-EAGLE 4L, MLP 1536, target head (capacity run)"),
     ("head and depth", "3L, own head Vd 4096", "replay_acceptance_mtbench80.json", "run6-peagle3",
-     "P-EAGLE 3L MLP 256, own head over 4,096 ids (run 6 control)"),
+     "P-EAGLE 3L MLP 256, own head over 4,096 ids (target-head run, control)"),
     ("head and depth", "4L, target head (full vocab)", "replay_acceptance_mtbench80.json", "run6-peagleS",
-     "P-EAGLE 4L MLP 384, target head over 49,152 ids (run 6)"),
+     "P-EAGLE 4L MLP 384, target head over 49,152 ids (target-head run)"),
     ("objective", "kl", "replay_acceptance_objective_ab.json", "ft-kl-peagle", "shipped P-EAGLE fine-tuned with KL"),
     ("objective", "argmax-ce", "replay_acceptance_objective_ab.json", "ft-argmaxce-peagle",
      "shipped P-EAGLE fine-tuned with cross-entropy on the target's top token"),
-    ("method (same run)", "EAGLE-3 1L", "replay_acceptance_capacity.json", "eagleS", "EAGLE-3 1L MLP 1536, target head (run 6)"),
-    ("method (same run)", "P-EAGLE 4L", "replay_acceptance_capacity.json", "peagleS", "P-EAGLE 4L MLP 384, target head (run 6)"),
+    ("method (same run)", "EAGLE-3 1L", "replay_acceptance_capacity.json", "eagleS", "EAGLE-3 1L MLP 1536, target head (target-head run)"),
+    ("method (same run)", "P-EAGLE 4L", "replay_acceptance_capacity.json", "peagleS", "P-EAGLE 4L MLP 384, target head (target-head run)"),
     ("mask token id (frozen row)", "id 0 <|endoftext|>", RECIPE, "peagleM0",
-     "P-EAGLE recipe (4L MLP 384, target head, noise 0.05), mask id 0 with its row frozen (recipe run)"),
+     "P-EAGLE recipe (4L MLP 384, target head, noise 0.05), mask id 0 with its row frozen (mask-token run)"),
     ("mask token id (frozen row)", "id 16 <empty_output>", RECIPE, "peagleF16",
-     "P-EAGLE recipe, mask id 16 (never in real text) with its row frozen at the target's (recipe run)"),
-    ("mask row (id 16)", "frozen", RECIPE, "peagleF16", "P-EAGLE recipe, mask row frozen (recipe run)"),
-    ("mask row (id 16)", "learned", RECIPE, "peagleR", "P-EAGLE recipe, mask row trained (recipe run)"),
-    ("method (recipe run)", "EAGLE-3 1L", RECIPE, "eagleR", "EAGLE-3 1L MLP 1536, target head, noise 0.05 (recipe run)"),
+     "P-EAGLE recipe, mask id 16 (never in real text) with its row frozen at the target's (mask-token run)"),
+    ("mask row (id 16)", "frozen", RECIPE, "peagleF16", "P-EAGLE recipe, mask row frozen (mask-token run)"),
+    ("mask row (id 16)", "learned", RECIPE, "peagleR", "P-EAGLE recipe, mask row trained (mask-token run)"),
+    ("method (recipe run)", "EAGLE-3 1L", RECIPE, "eagleR", "EAGLE-3 1L MLP 1536, target head, noise 0.05 (mask-token run)"),
     ("method (recipe run)", "P-EAGLE 4L, learned mask row", RECIPE, "peagleR",
-     "P-EAGLE 4L MLP 384, target head, K_train 8, COD 0.8, noise 0.05, mask id 16 learned (recipe run)"),
-    ("feature noise (recipe run 2)", "off", RECIPE2, "peagleN0", "P-EAGLE recipe without feature noise (second recipe run)"),
-    ("feature noise (recipe run 2)", "uniform 0.05", RECIPE2, "peagleR", "P-EAGLE recipe, noise 0.05 (second recipe run)"),
+     "P-EAGLE 4L MLP 384, target head, K_train 8, COD 0.8, noise 0.05, mask id 16 learned (mask-token run)"),
+    ("feature noise (recipe run 2)", "off", RECIPE2, "peagleN0", "P-EAGLE recipe without feature noise (noise and data run)"),
+    ("feature noise (recipe run 2)", "uniform 0.05", RECIPE2, "peagleR", "P-EAGLE recipe, noise 0.05 (noise and data run)"),
     ("data size (recipe run 2)", "3,191 samples", RECIPE2, "peagleX1",
-     "P-EAGLE recipe on the greedy multi-turn folder alone: 3,191 samples, 631K reply tokens (second recipe run)"),
+     "P-EAGLE recipe on the greedy multi-turn folder alone: 3,191 samples, 631K reply tokens (noise and data run)"),
     ("data size (recipe run 2)", "4,631 samples", RECIPE2, "peagleR",
-     "P-EAGLE recipe on all four folders: 4,631 samples, 914K reply tokens (second recipe run)"),
+     "P-EAGLE recipe on all four folders: 4,631 samples, 914K reply tokens (noise and data run)"),
     ("shipped pair fine-tuned (recipe run 2)", "EAGLE-3", RECIPE2, "eagleFT",
-     "shipped EAGLE-3 fine-tuned on the multi-turn data, peak LR 3e-4, noise 0.05 (second recipe run)"),
+     "shipped EAGLE-3 fine-tuned on the multi-turn data, peak LR 3e-4, noise 0.05 (noise and data run)"),
     ("shipped pair fine-tuned (recipe run 2)", "P-EAGLE, learned mask row", RECIPE2, "peagleFT",
      "shipped P-EAGLE moved to mask id 16 with a learned row (starting as row 0), fine-tuned the same way"),
     ("epochs (P-EAGLE recipe)", "5 epochs (728 steps)", RECIPE2, "peagleR",
-     "P-EAGLE recipe on 4,631 samples for 9 minutes beside four other arms (second recipe run)"),
+     "P-EAGLE recipe on 4,631 samples for 9 minutes beside four other arms (noise and data run)"),
     ("epochs (P-EAGLE recipe)", "20 epochs (2,845 steps)", RECIPE3, "peagleE",
-     "the same recipe and data for 15 minutes beside one other arm (fourth recipe window)"),
+     "the same recipe and data for 15 minutes beside one other arm (epochs run)"),
     ("epochs (EAGLE-3)", "6 epochs (~750 steps, 4,119 samples)", RECIPE, "eagleR",
-     "EAGLE-3 1L MLP 1536, target head, noise 0.05, 8 minutes beside three other arms (first recipe run)"),
+     "EAGLE-3 1L MLP 1536, target head, noise 0.05, 8 minutes beside three other arms (mask-token run)"),
     ("epochs (EAGLE-3)", "19 epochs (2,697 steps, 4,631 samples)", RECIPE3, "eagleE",
-     "the same EAGLE-3 for 15 minutes on the 4,631 samples (fourth recipe window)"),
+     "the same EAGLE-3 for 15 minutes on the 4,631 samples (epochs run)"),
     ("method (recipe, ~20 epochs)", "EAGLE-3 1L", RECIPE3, "eagleE",
-     "EAGLE-3 1L MLP 1536, target head, noise 0.05, 2,697 steps (fourth recipe window)"),
+     "EAGLE-3 1L MLP 1536, target head, noise 0.05, 2,697 steps (epochs run)"),
     ("method (recipe, ~20 epochs)", "P-EAGLE 4L, learned mask row", RECIPE3, "peagleE",
-     "P-EAGLE 4L MLP 384, target head, K_train 8, COD 0.8, noise 0.05, mask id 16 learned, 2,845 steps (fourth recipe window)"),
+     "P-EAGLE 4L MLP 384, target head, K_train 8, COD 0.8, noise 0.05, mask id 16 learned, 2,845 steps (epochs run)"),
     ("data with sampled replies (P-EAGLE recipe)", "4,631 greedy samples, 914K reply tokens (2,845 steps)", RECIPE3, "peagleE",
-     "P-EAGLE recipe on the greedy multi-turn archive, 15 minutes beside EAGLE-3 (fourth recipe window)"),
+     "P-EAGLE recipe on the greedy multi-turn archive, 15 minutes beside EAGLE-3 (epochs run)"),
     ("data with sampled replies (P-EAGLE recipe)", "+ 2 sampled replies a turn: 9,920 samples, 1.97M reply tokens (2,503 steps)",
      RECIPE4, "peagleS3", "the same recipe on the archive plus 5,289 replies sampled at T=0.7 (two seeds), "
-     "12 minutes beside EAGLE-3 (fifth recipe window)"),
+     "12 minutes beside EAGLE-3 (sampled-data run)"),
     ("data with sampled replies (EAGLE-3)", "4,631 greedy samples, 914K reply tokens (2,697 steps)", RECIPE3, "eagleE",
-     "EAGLE-3 1L MLP 1536, target head, noise 0.05 on the greedy archive, 15 minutes (fourth recipe window)"),
+     "EAGLE-3 1L MLP 1536, target head, noise 0.05 on the greedy archive, 15 minutes (epochs run)"),
     ("data with sampled replies (EAGLE-3)", "+ 2 sampled replies a turn: 9,920 samples, 1.97M reply tokens (2,346 steps)",
-     RECIPE4, "eagleS3", "the same EAGLE-3 on the archive plus the sampled replies, 12 minutes (fifth recipe window)"),
+     RECIPE4, "eagleS3", "the same EAGLE-3 on the archive plus the sampled replies, 12 minutes (sampled-data run)"),
     ("method (recipe, sampled data)", "EAGLE-3 1L", RECIPE4, "eagleS3",
-     "EAGLE-3 1L MLP 1536, target head, noise 0.05, 9,920 samples, 2,346 steps (fifth recipe window)"),
+     "EAGLE-3 1L MLP 1536, target head, noise 0.05, 9,920 samples, 2,346 steps (sampled-data run)"),
     ("method (recipe, sampled data)", "P-EAGLE 4L, learned mask row", RECIPE4, "peagleS3",
      "P-EAGLE 4L MLP 384, target head, K_train 8, COD 0.8, noise 0.05, mask id 16 learned, 9,920 samples, "
-     "2,503 steps (fifth recipe window)"),
+     "2,503 steps (sampled-data run)"),
     ("shipped", "EAGLE-3", RECIPE, "eagle-shipped", "peagle_lab/drafters/eagle-smollm2"),
     ("shipped", "P-EAGLE", RECIPE, "peagle-shipped", "peagle_lab/drafters/peagle-smollm2"),
 ]

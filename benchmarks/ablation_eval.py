@@ -7,7 +7,7 @@ prefix-stable function of the prompt, so the replies made for the largest K, cut
 
     python benchmarks/ablation_eval.py --ks 3 5 7 --num-prompts 80 \
         peagleR=/path/to/peagleR eagleR=/path/to/eagleR peagle-shipped=peagle-smollm2 eagle-shipped=eagle-smollm2 \
-        --json benchmarks/results/ablation_eval_recipe_mtbench80.json
+        --json benchmarks/results/ablation_eval_mask_token.json
 """
 from __future__ import annotations
 

@@ -18,7 +18,7 @@ import json
 import torch
 
 from peagle_lab.checkpoint import load_drafter
-from peagle_lab.engine import generate
+from peagle_lab.engines.teaching import generate
 from peagle_lab.prompts import load_prompts
 from peagle_lab.stats import AcceptanceStats
 from peagle_lab.target import Target

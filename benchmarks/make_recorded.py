@@ -62,10 +62,10 @@ def train_memory_8b() -> dict:
 
 
 def kernel_timings() -> dict:
-    r = _raw("kernel_h200_2026-12-01b.json")
+    r = _raw("kernel_h200.json")
     keep = ("num_reqs", "k", "with_prefill", "triton_ms", "torch_ref_ms", "empty_launch_ms", "triton_graph_ms",
             "empty_graph_ms", "speedup_vs_torch", "x_launch_floor", "graph_x_floor")
-    return {"source": "benchmarks/results/kernel_h200_2026-12-01b.json", "device": r["device"],
+    return {"source": "benchmarks/results/kernel_h200.json", "device": r["device"],
             "rows": [{k: row[k] for k in keep} for row in r["rows"]]}
 
 
@@ -139,7 +139,7 @@ def best_engine() -> dict:
 
 def batch_rows() -> dict:
     """The batched teaching engine on an H200: AR, EAGLE-3 and P-EAGLE at batch 8, 32 and 64 (bf16, greedy), with
-    each row's time split, and the AR step before SDPA skipped cuDNN."""
+    each row's time split, and the AR step with SDPA's cuDNN plans (before SDPA skipped cuDNN)."""
     name = "batch_rows_h200.json"
     r = _raw(name)
     keep = ("method", "k", "batch_size", "tokens_per_s", "acceptance_length", "identical_prompts", "num_prompts",
@@ -172,8 +172,44 @@ def ablation() -> dict:
             "not_measured": [row["lever"] for row in r["not_measured"]]}
 
 
+def costmodel_parts() -> dict:
+    """The cost model's parts measured apart (peagle_lab.costmodel): per-position acceptance from a CPU
+    replay, a gpt-oss-20b-size drafter's passes on an H200, and the vLLM blog's published figures."""
+    replay = _raw("replay_acceptance_mtbench80.json")
+    fwd = _raw("drafter_forward_cudagraph_h200.json")
+    return {
+        "source": "benchmarks/results/drafter_forward_cudagraph_h200.json",    # each part below names its own
+        "replay_mtbench80": {"source": "benchmarks/results/replay_acceptance_mtbench80.json",
+                             "num_prompts": replay["settings"]["num_prompts"],
+                             "max_new_tokens": replay["settings"]["max_new_tokens"],
+                             "acceptance_per_position": {m: replay["results"][key]["acceptance_per_position"]
+                                                         for m, key in (("eagle", "run5-eagle"), ("peagle", "run5-peagle3"))}},
+        "drafter_20b": {"source": "benchmarks/results/drafter_forward_cudagraph_h200.json", "device": fwd["device"],
+                        "command": fwd["command"], "drafter": fwd["drafter"],
+                        "rows": [{k: r[k] for k in ("B", "K", "single_ms", "parallel_ms", "sequential_ms")} for r in fwd["rows"]]},
+        "blog": {"source": "vLLM blog, P-EAGLE in vLLM (gpt-oss-20b, 1x B200): SPEED-Bench c=1 AR 456 tok/s; "
+                           "AL on MT-Bench; P-EAGLE / EAGLE-3 at each's best K, concurrency 1-64",
+                 "ar_tokens_per_s_c1": 456.0,
+                 "al_mtbench": {"eagle": {"7": 3.27}, "peagle": {"3": 2.87, "7": 3.70}},
+                 "concurrency": [1, 2, 4, 8, 16, 32, 64],
+                 "ratio_mtbench": [1.55, 1.29, 1.35, 1.28, 1.27, 1.09, 1.05]},
+    }
+
+
+def data_scaling() -> dict:
+    """AL at K = 3, 5, 7 on 80 MT-Bench prompts (replayed) against the reply tokens a drafter was trained on."""
+    raw = _raw("data_scaling.json")
+    keep = ("method", "name", "reply_tokens", "reply_tokens_seen", "passes", "steps", "al")
+    return {"source": "benchmarks/results/data_scaling.json", "prompts": raw["prompts"],
+            "rows": [{k: r[k] for k in keep if k in r} for r in raw["rows"]],
+            "regeneration_tokens_per_s": {"transformers": raw["regeneration"]["ab"]["transformers"]["tokens_per_s"],
+                                          "vllm": raw["regeneration"]["ab"]["vllm"]["tokens_per_s"],
+                                          "vllm_multi_turn": raw["regeneration"]["main"]["steady_reply_tokens_per_s"]}}
+
+
 RECORDED = {f.__name__: f for f in (acceptance_by_category, drafter_size, objective_ab, train_memory_8b, kernel_timings,
                                     gpu_speed, ablation, batch_rows, vllm_cuda_h200)}
+RECORDED["costmodel"] = costmodel_parts   # the file is named after what it feeds
 
 
 def render(name: str) -> str:

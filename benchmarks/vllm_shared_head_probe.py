@@ -24,7 +24,7 @@ from peagle_lab.drafter import DrafterConfig, init_drafter
 from peagle_lab.checkpoint import save_drafter, load_drafter
 from peagle_lab.train.data import load_samples
 from peagle_lab.train.trainer import TrainConfig, Trainer
-from peagle_lab.engine import generate
+from peagle_lab.engines.teaching import generate
 from peagle_lab.stats import AcceptanceStats
 from peagle_lab.serving.server import ServeConfig, VLLMServer
 from peagle_lab.serving.metrics import acceptance_from_diff, diff

@@ -2,8 +2,8 @@
 
 Stages and their modules (each notebook names the modules it uses):
 
-* 01 sequential EAGLE -- :mod:`target`, :mod:`drafter`, :mod:`drafting`, :mod:`verify`,
-  :mod:`engine`, :mod:`stats`, :mod:`viz`
-* 02 parallel drafting (P-EAGLE) -- :mod:`drafting` (``draft_parallel``), :mod:`drafter`
+* 01 sequential EAGLE -- :mod:`target`, :mod:`drafter`, :mod:`engines.drafting`, :mod:`engines.verify`,
+  :mod:`engines.teaching`, :mod:`stats`, :mod:`viz`
+* 02 parallel drafting (P-EAGLE) -- :mod:`engines.drafting` (``draft_parallel``), :mod:`drafter`
 """
 __version__ = "0.1.0"

@@ -6,14 +6,16 @@ round of prompts when batching) so machine noise hits all alike; tokens/s = gene
 wall time including prefill. ``--batch-size B`` runs B requests at once through the batched
 engine; tokens/s then counts all of them over the batch's wall time.
 
-Engines (batch 1, greedy): ``teaching`` is :func:`peagle_lab.engine.generate`, the readable loop;
-``fast`` is :func:`peagle_lab.fast.generate_fast` (static caches, CUDA graphs), whose rows add a
+Engines (batch 1, greedy): ``teaching`` is :func:`peagle_lab.engines.teaching.generate`, the readable loop;
+``fast`` is :func:`peagle_lab.engines.fast.generate_fast` (static caches, CUDA graphs), whose rows add a
 per-step time split (target verify, drafting, host) and, on CUDA, the launch and memory floors.
 ``auto`` picks fast on CUDA and teaching on the CPU: on a CPU the verify forward dominates and
 the teaching engine is what the notebooks explain; on a GPU the teaching engine only measures
 Python launch overhead. Rows with B > 1 always run the batched teaching engine
-(:func:`peagle_lab.batch_engine.generate_batch`; the fast engine is batch 1) and say so:
+(:func:`peagle_lab.engines.batched.generate_batch`; the fast engine is batch 1) and say so:
 ``"engine": "teaching-batched"``.
+
+``run_bench(BenchSpec(...), FastConfig(...))``: what to measure, and how the fast engine runs.
 """
 from __future__ import annotations
 
@@ -28,22 +30,75 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
+import torch
+
 from .checkpoint import load_drafter
 from .device import DTYPES, resolve_device
 from .drafters_registry import shipped
-from .batch_engine import generate_batch
-from .engine import StepTimes, generate
-from .fast import generate_fast
-from .fast.graphs import H200_HBM_BYTES_PER_S, compile_mode, launch_floor_us, memory_floor_ms, module_weight_bytes
-from .fast.llama import check_attention, resolve_attention
-from .fast.engine import PROMPT_BUCKET, static_target, target_head_dim
+from .engines.batched import generate_batch
+from .engines.fast import FastConfig, generate_fast
+from .engines.fast.engine import fast_engine
+from .engines.fast.graphs import H200_HBM_BYTES_PER_S, launch_floor_us, memory_floor_ms
+from .engines.frame import StepTimes
+from .engines.teaching import generate
 from .prompts import load_prompts
 from .stats import AcceptanceStats
-from .target import Target
+from .target import Generation, Target
 
 BENCH_METHODS = ("ar", "hf", "eagle", "peagle")
 ENGINES = ("auto", "teaching", "fast")
 DEFAULT_DRAFTERS = {"eagle": "eagle-smollm2", "peagle": "peagle-smollm2"}
+
+
+@dataclass
+class BenchSpec:
+    """What one bench measures: methods x K x batch sizes on the first ``num_prompts`` of ``prompts``.
+
+    ``drafters``: ``{method: checkpoint dir}`` (default: the shipped drafters of the default target).
+    ``batch_sizes``: for each B, rows run consecutive groups of B prompts as one batch
+    (:func:`peagle_lab.engines.batched.generate_batch`; B = 1 is the single-request engine), and
+    tokens/s counts every request's tokens over the batch's wall time. Prompts are visited in
+    rounds of ``lcm(batch_sizes)`` so every configuration sees the same prompts at about the same
+    time. With B > 1, identical_to_ar compares each request with single-request AR (for the batched
+    ``ar`` row too). ``engine``: see the module docstring (B > 1 always uses the batched engine).
+    ``keep_going``: a configuration that raises gets its ``error`` recorded and is skipped from then on,
+    the rest run on. ``time_budget_s``: start no new round of prompts this long after the call began
+    (loading and warm-up included; rows then report the prompts actually run; the first round always
+    runs). ``hbm_bytes_per_s``: bandwidth for the memory floor (H200: 4.8 TB/s).
+    """
+    methods: tuple | list = ("ar", "eagle", "peagle")
+    ks: tuple | list = (3,)
+    prompts: str = "mt-bench"
+    num_prompts: int = 10
+    max_new_tokens: int = 64
+    temperature: float = 0.0
+    seed: int = 0
+    batch_sizes: tuple | list = (1,)
+    spread: bool = False
+    engine: str = "auto"
+    target_name: str | None = None
+    device: str = "auto"
+    dtype: str = "float32"
+    drafters: dict = field(default_factory=dict)
+    keep_going: bool = False
+    time_budget_s: float | None = None
+    hbm_bytes_per_s: float = H200_HBM_BYTES_PER_S
+
+
+@torch.inference_mode()
+def hf_generate(target: Target, prompt_ids: list[int], max_new_tokens: int, *, temperature: float = 0.0,
+                top_p: float = 1.0, seed: int | None = None) -> Generation:
+    """transformers' own ``generate`` on the same model (the ``hf`` baseline)."""
+    if seed is not None:
+        torch.manual_seed(seed)
+    sampling = dict(do_sample=True, temperature=temperature, top_p=top_p, top_k=0) if temperature > 0 else dict(do_sample=False)
+    t0 = time.perf_counter()
+    ids = torch.tensor([prompt_ids], device=target.device)
+    eos = target.eos_token_ids
+    out = target.model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens, **sampling,
+                                eos_token_id=list(eos), pad_token_id=eos[0] if eos else None)
+    return Generation(tokens=out[0, len(prompt_ids):].tolist(), prompt_len=len(prompt_ids),
+                      seconds=time.perf_counter() - t0)
 
 
 @dataclass
@@ -93,8 +148,8 @@ def resolve_drafter(method: str, path: str | None, target_is_default: bool) -> s
     name = DEFAULT_DRAFTERS[method]
     if target_is_default and name in shipped():
         return str(shipped()[name])
-    flag = "--eagle-drafter" if method == "eagle" else "--peagle-drafter"
-    raise SystemExit(f"method {method!r} needs a drafter: no shipped drafter {name!r} for this target; pass {flag} DIR")
+    raise SystemExit(f"method {method!r} needs a drafter: no shipped drafter {name!r} for this target; pass --drafter "
+                     f"{method}=DIR")
 
 
 def _groups(n: int, size: int) -> list[list[int]]:
@@ -109,11 +164,8 @@ class _Runner:
     engine: str
     max_new_tokens: int
     temperature: float
-    max_len: int
+    config: FastConfig                          # the fast engine's, resolved
     keep_going: bool = False
-    compile: bool | str = False
-    attention: str = "auto"
-    prompt_graphs: bool | None = None
 
     def fast(self, row: _Row) -> bool:
         """Rows the fast engine runs: batch 1, greedy (sampling stays on the teaching engine)."""
@@ -129,11 +181,10 @@ class _Runner:
         outs = []
         for ids in batch:
             if row.method == "hf":
-                outs.append(target.hf_generate(ids, budget, temperature=temperature, seed=seed))
+                outs.append(hf_generate(target, ids, budget, temperature=temperature, seed=seed))
             elif self.fast(row):
                 outs.append(generate_fast(target, ids, method=row.method, drafter=drafter, k=k, max_new_tokens=budget,
-                                          temperature=temperature, seed=seed, max_len=self.max_len, compile=self.compile,
-                                          attention=self.attention, prompt_graphs=self.prompt_graphs))
+                                          temperature=temperature, seed=seed, config=self.config))
                 row.steps += len(outs[-1].tokens) if row.method == "ar" else len(outs[-1].steps)
             else:
                 outs.append(generate(target, ids, method=row.method, drafter=drafter, k=k, max_new_tokens=budget,
@@ -162,22 +213,20 @@ class _Runner:
         and captures the fast engine's steps; ``row.warmup_s`` keeps how long that took); with prompt graphs,
         one token from a prompt of every bucket the run will meet (each bucket's graph is captured here)."""
         warm = [ids[:64] for ids in prompts[:batch]]
-        graphs = self.target.device.type == "cuda" if self.prompt_graphs is None else self.prompt_graphs
-        buckets = list({-(-len(ids) // PROMPT_BUCKET): ids for ids in prompts}.values()) if graphs else []
         for row in rows:
             t0 = time.perf_counter()
             self.attempt(row, warm[: row.batch_size], seed, budget=min(self.max_new_tokens, 16))
-            if self.fast(row) and buckets:
-                self.attempt(row, buckets, seed, budget=1)
+            if self.fast(row) and row.error is None:
+                engine = fast_engine(self.target, row.method, self.drafters.get(row.method), row.k or 0, self.config)
+                if buckets := engine.prompt_buckets(prompts):
+                    self.attempt(row, buckets, seed, budget=1)
             row.steps, row.warmup_s = 0, time.perf_counter() - t0
 
     def untimed_ar(self, prompts: dict[int, list[int]]) -> dict[int, list[int]]:
         """Greedy AR output of ``{index: prompt}``, untimed (identical_to_ar needs it when no ar row ran);
         with keep_going a failure leaves ``{}`` (identical_to_ar stays null)."""
         gen = generate_fast if self.engine == "fast" else generate
-        kw = ({"max_len": self.max_len, "compile": self.compile, "attention": self.attention,
-               "prompt_graphs": self.prompt_graphs}
-              if self.engine == "fast" else {})
+        kw = {"config": self.config} if self.engine == "fast" else {}
         try:
             return {i: gen(self.target, ids, method="ar", max_new_tokens=self.max_new_tokens, **kw).tokens
                     for i, ids in prompts.items()}
@@ -273,99 +322,74 @@ def _checked_batch_sizes(methods, batch_sizes, temperature: float, dtype: str) -
     return batch_sizes
 
 
-def _load_drafters(methods, paths: dict[str, str | None], target: Target, target_is_default: bool) -> dict:
+def _load_drafters(spec: BenchSpec, target: Target) -> dict:
     """``{method: drafter}`` for the speculative methods asked for, in the target's dtype."""
     dtype = next(target.model.parameters()).dtype
-    return {m: load_drafter(resolve_drafter(m, path, target_is_default), target, dtype=dtype)
-            for m, path in paths.items() if m in methods}
+    default_target = spec.target_name in (None, "smollm2")
+    return {m: load_drafter(resolve_drafter(m, spec.drafters.get(m), default_target), target, dtype=dtype)
+            for m in ("eagle", "peagle") if m in spec.methods}
 
 
-def run_bench(*, methods, ks, prompts: str, num_prompts: int, max_new_tokens: int, temperature: float = 0.0,
-              target: Target | None = None, target_name: str | None = None, eagle_drafter: str | None = None,
-              peagle_drafter: str | None = None, seed: int = 0, progress: bool = True,
-              batch_sizes=(1,), spread: bool = False, engine: str = "auto", device: str = "auto",
-              dtype: str = "float32", max_len: int | None = None, keep_going: bool = False, compile: bool | str = False,
-              time_budget_s: float | None = None, hbm_bytes_per_s: float = H200_HBM_BYTES_PER_S,
-              attention: str = "auto", prompt_graphs: bool | None = None) -> dict:
-    """Run the benchmark and return the JSON-ready result (``{"results": [...], ...}``).
-
-    ``batch_sizes``: for each B, rows run consecutive groups of B prompts as one batch
-    (:func:`peagle_lab.batch_engine.generate_batch`; B = 1 is the single-request engine), and
-    tokens/s counts every request's tokens over the batch's wall time. Prompts are visited in
-    rounds of ``lcm(batch_sizes)`` so every configuration sees the same prompts at about the same
-    time. With B > 1, identical_to_ar compares each request with single-request AR (for the batched
-    ``ar`` row too).
-
-    ``engine``: see the module docstring (B > 1 always uses the batched engine). ``max_len``: the
-    fast engine's static cache (default: longest prompt + max_new_tokens + max K + 1). ``keep_going``:
-    a configuration that raises gets its ``error`` recorded and is skipped from then on, the rest
-    run on. ``compile``: the fast engine fuses its steps with ``torch.compile`` before capturing them
-    (rows' ``warmup_s`` then includes the compile); True or an inductor mode
-    (:func:`peagle_lab.fast.graphs.compile_mode`). ``attention``: the fast engine's attention over the
-    target's and drafter's caches, ``auto`` (triton on CUDA), ``sdpa`` or ``triton`` (:class:`peagle_lab.fast.llama.StaticTarget`). ``prompt_graphs``: the fast engine's prompt pass in captured per-length-bucket graphs (default: on CUDA).
-    ``time_budget_s``: start no new round of prompts
-    this long after the call began (loading and warm-up included; rows then report the prompts actually
-    run; the first round always runs). ``hbm_bytes_per_s``: bandwidth for the memory floor (H200: 4.8 TB/s).
-    """
-    started = time.perf_counter()
-    try:
-        mode = compile_mode(compile)
-    except ValueError as err:
-        raise SystemExit(f"--compile: {err}") from None
-    try:
-        check_attention(attention)
-    except ValueError as err:
-        raise SystemExit(f"--attention: {err}") from None
-    batch_sizes = _checked_batch_sizes(methods, batch_sizes, temperature, dtype)
-    target = target or Target.load(target_name, dtype=DTYPES[dtype], device=resolve_device(device))
-    engine = resolve_engine(engine, str(target.device))
-    if compile and engine != "fast":
+def _engine_for(spec: BenchSpec, fast: FastConfig, target: Target) -> str:
+    """The engine the single-request rows run, after refusing fast-engine options it would not use."""
+    engine = resolve_engine(spec.engine, str(target.device))
+    if engine != "fast" and fast.compile:
         raise SystemExit(f"compile fuses the fast engine's steps, but this bench runs the {engine} engine: "
                          "add --engine fast (or drop --compile)")
-    drafters = _load_drafters(methods, {"eagle": eagle_drafter, "peagle": peagle_drafter}, target,
-                              target_is_default=target_name in (None, "smollm2"))
+    if engine != "fast" and fast.attention == "triton":
+        raise SystemExit(f"--attention triton picks the fast engine's attention, but this bench runs the {engine} "
+                         "engine: add --engine fast (or drop --attention)")
+    return engine
+
+
+def run_bench(spec: BenchSpec, fast: FastConfig = FastConfig(), *, target: Target | None = None,
+              progress: bool = True) -> dict:
+    """Run the benchmark ``spec`` and return the JSON-ready result (``{"results": [...], ...}``).
+
+    ``fast``: how the fast engine runs (:class:`~peagle_lab.engines.fast.config.FastConfig`), resolved
+    here once for this target and drafters; its ``max_len`` defaults to the longest prompt +
+    max_new_tokens + max K + 1. ``target``: an already loaded target (else ``spec.target_name``).
+    """
+    started = time.perf_counter()
+    batch_sizes = _checked_batch_sizes(spec.methods, spec.batch_sizes, spec.temperature, spec.dtype)
+    target = target or Target.load(spec.target_name, dtype=DTYPES[spec.dtype], device=resolve_device(spec.device))
+    engine = _engine_for(spec, fast, target)
+    drafters = _load_drafters(spec, target)
     rows = [_Row(m, k, b, stats=AcceptanceStats(k) if k else None)
-            for b in batch_sizes for m in methods for k in (ks if m in drafters else [None])]
-    prompt_ids = [target.chat_ids(p) for p in load_prompts(prompts, num_prompts, spread=spread)]
+            for b in batch_sizes for m in spec.methods for k in (spec.ks if m in drafters else [None])]
+    prompt_ids = [target.chat_ids(p) for p in load_prompts(spec.prompts, spec.num_prompts, spread=spec.spread)]
     if not prompt_ids:
-        raise SystemExit(f"no prompts in {prompts}")
+        raise SystemExit(f"no prompts in {spec.prompts}")
     if len(prompt_ids) < batch_sizes[-1]:
         print(f"bench: only {len(prompt_ids)} prompts, so --batch-size {batch_sizes[-1]} decodes {len(prompt_ids)} at once",
               file=sys.stderr)
-    if max_len is None:
-        max_len = max(len(p) for p in prompt_ids) + max_new_tokens + max(ks, default=1) + 1
-    if attention == "triton" and engine != "fast":
-        raise SystemExit(f"--attention {attention} picks the fast engine's attention, but this bench runs the {engine} "
-                         "engine: add --engine fast (or drop --attention)")
-    if engine == "fast":                                       # auto -> what runs here, recorded in the settings
-        attention = resolve_attention(attention, target.device, (target_head_dim(target),)
-                                      + tuple(d.cfg.head_dim for d in drafters.values()))
-    runner = _Runner(target, drafters, engine, max_new_tokens, temperature, max_len, keep_going, compile, attention,
-                     prompt_graphs)
-    runner.warm_up(rows, prompt_ids, batch_sizes[-1], seed)
-    done = _bench_rounds(runner, rows, prompt_ids, math.lcm(*batch_sizes), seed, started=started,
-                         time_budget_s=time_budget_s, progress=progress)
+    fit = max(len(p) for p in prompt_ids) + spec.max_new_tokens + max(spec.ks, default=1) + 1
+    config = fast.resolve(target, drafters.values(), fit=fit)          # auto -> what runs here, recorded below
+    runner = _Runner(target, drafters, engine, spec.max_new_tokens, spec.temperature, config, spec.keep_going)
+    runner.warm_up(rows, prompt_ids, batch_sizes[-1], spec.seed)
+    done = _bench_rounds(runner, rows, prompt_ids, math.lcm(*batch_sizes), spec.seed, started=started,
+                         time_budget_s=spec.time_budget_s, progress=progress)
+    on_fast = engine == "fast"
+    settings = {"prompts": str(spec.prompts), "num_prompts": spec.num_prompts, "spread": spec.spread,
+                "max_new_tokens": spec.max_new_tokens, "temperature": spec.temperature, "methods": list(spec.methods),
+                "k": list(spec.ks), "batch_size": batch_sizes, "engine": engine, "device": str(target.device),
+                "dtype": str(next(target.model.parameters()).dtype).removeprefix("torch."),
+                "max_len": config.max_len if on_fast else None, "compile": (config.compile if on_fast else None) or False,
+                "attention": config.attention if on_fast else None,
+                "prompt_graphs": config.prompt_graphs if on_fast else None}
     out = {"date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-           "machine": f"{platform.node()} {platform.machine()}", "target": target.name,
-           "settings": {"prompts": str(prompts), "num_prompts": num_prompts, "spread": spread, "max_new_tokens": max_new_tokens,
-                        "temperature": temperature, "methods": list(methods), "k": list(ks),
-                        "batch_size": batch_sizes, "engine": engine, "device": str(target.device),
-                        "dtype": str(next(target.model.parameters()).dtype).removeprefix("torch."),
-                        "max_len": max_len if engine == "fast" else None, "compile": (mode if engine == "fast" else None) or False,
-                        "attention": attention if engine == "fast" else None,
-                        "prompt_graphs": (target.device.type == "cuda" if prompt_graphs is None else prompt_graphs)
-                        if engine == "fast" else None},
+           "machine": f"{platform.node()} {platform.machine()}", "target": target.name, "settings": settings,
            "results": [_row_result(runner, row, done) for row in rows]}
-    if engine == "fast" and target.device.type == "cuda":
-        out["floors"] = floors(target, drafters, max_len, hbm_bytes_per_s, attention)
+    if on_fast and target.device.type == "cuda":
+        out["floors"] = floors(target, drafters, config, min(spec.ks, default=1), spec.hbm_bytes_per_s)
     return out
 
 
-def floors(target: Target, drafters: dict, max_len: int, hbm_bytes_per_s: float = H200_HBM_BYTES_PER_S,
-           attention: str = "auto") -> dict:
+def floors(target: Target, drafters: dict, config: FastConfig, k: int = 1,
+           hbm_bytes_per_s: float = H200_HBM_BYTES_PER_S) -> dict:
     """What a step cannot beat on this GPU: one empty graph launch, and reading the weights once."""
-    weights = static_target(target, -(-max_len // 64) * 64, attention).weight_bytes   # the run's own (no extra cache)
-    drafter_bytes = {m: module_weight_bytes(d, skip=("embed_tokens", "d2t", "t2d")) for m, d in drafters.items()}
+    weights = fast_engine(target, "ar", None, 0, config).weight_bytes()["target"]      # the run's own engines
+    drafter_bytes = {m: fast_engine(target, m, d, k, config).weight_bytes()["drafter"] for m, d in drafters.items()}
     return {"launch_us": launch_floor_us(target.device), "hbm_bytes_per_s": hbm_bytes_per_s,
             "target_weight_bytes": weights, "target_memory_floor_ms": memory_floor_ms(weights, hbm_bytes_per_s),
             "drafter_weight_bytes": drafter_bytes,

@@ -123,7 +123,7 @@ def check_drafter(path: str, target, k: int | None = None, probe_prompts: int = 
     if problems:
         return {"problems": problems, "warnings": warnings, "probe": None}
     try:
-        drafter = load_drafter(path, target)
+        drafter = load_drafter(path, target).to(target.device)
     except (ValueError, RuntimeError, KeyError, TypeError, OSError) as err:   # IncompatibleDrafter is a ValueError
         return {"problems": [f"the drafter does not load: {err}"], "warnings": warnings, "probe": None}
     ids = torch.arange(drafter.cfg.draft_vocab_size) + drafter.d2t
@@ -140,7 +140,7 @@ def check_drafter(path: str, target, k: int | None = None, probe_prompts: int = 
         problems.append(str(err))
     if problems:
         return {"problems": problems, "warnings": warnings, "probe": None}
-    from .engine import generate
+    from .engines.teaching import generate
     from .prompts import load_prompts
     from .stats import AcceptanceStats
 

@@ -7,10 +7,9 @@ import math
 import shlex
 import sys
 import time
-from dataclasses import replace
 
 
-K_MAX = 128            # the most draft tokens per step a flag accepts (the shipped drafters train depth 8)
+from .train.config import K_MAX   # the most draft tokens per step a flag accepts (the shipped drafters train depth 8)
 
 
 def _bounds(lo, hi, lo_open: bool = False, hi_open: bool = False) -> str:
@@ -79,6 +78,22 @@ _non_negative = _float_range(0)
 _above_zero = _float_range(0, lo_open=True)
 
 
+def _method_drafter(text: str) -> tuple[str, str]:
+    """An argparse ``type`` for ``--drafter METHOD=DIR``: the drafter a method drafts with (a folder; vllm-bench also
+    takes a Hugging Face id)."""
+    method, eq, where = text.partition("=")
+    if not eq or method not in ("eagle", "peagle") or not where:
+        raise argparse.ArgumentTypeError(f"expected METHOD=DIR with METHOD eagle or peagle, like peagle=runs/peagle, "
+                                         f"got {text!r}")
+    return method, where
+
+
+def _add_drafter_arg(s: argparse.ArgumentParser, where: str = "a folder") -> None:
+    s.add_argument("--drafter", type=_method_drafter, action="append", default=[], metavar="METHOD=DIR",
+                   help=f"the drafter of eagle or peagle, {where}, e.g. peagle=runs/peagle-drafter; repeatable, "
+                        "one per method (default: the shipped drafters with the embedded target)")
+
+
 def _methods(text: str) -> list[str]:
     return [x.strip() for x in text.split(",") if x.strip()]
 
@@ -105,11 +120,11 @@ def cmd_info(args) -> int:
 
 def cmd_generate(args) -> int:
     from .checkpoint import load_drafter
-    from .engine import generate
+    from .engines.teaching import generate
     from .target import Target
 
-    target = Target.load(args.target)
-    drafter = load_drafter(args.drafter, target) if args.drafter else None
+    target = Target.load(args.target, device=args.device)
+    drafter = load_drafter(args.drafter, target).to(target.device) if args.drafter else None
     out = generate(target, target.chat_ids(args.prompt), method=args.method, drafter=drafter, k=args.k,
                    max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p, seed=args.seed)
     print(target.decode(out.tokens))
@@ -120,16 +135,20 @@ def cmd_generate(args) -> int:
 
 
 def cmd_bench(args) -> int:
-    from .bench import run_bench, write_json
-
+    from .bench import BenchSpec, run_bench, write_json
+    from .engines.fast import FastConfig
     from .info import collect
 
-    result = run_bench(methods=args.methods, ks=args.k, prompts=args.prompts, num_prompts=args.num_prompts,
-                       max_new_tokens=args.max_new_tokens, temperature=args.temperature, target_name=args.target,
-                       eagle_drafter=args.eagle_drafter, peagle_drafter=args.peagle_drafter, seed=args.seed,
-                       batch_sizes=args.batch_size, spread=args.spread, engine=args.engine, device=args.device,
-                       dtype=args.dtype, hbm_bytes_per_s=args.hbm_gbps * 1e9, time_budget_s=args.time_budget,
-                       compile=args.compile, attention=args.attention)
+    spec = BenchSpec(methods=args.methods, ks=args.k, prompts=args.prompts, num_prompts=args.num_prompts,
+                     max_new_tokens=args.max_new_tokens, temperature=args.temperature, target_name=args.target,
+                     drafters=dict(args.drafter), seed=args.seed, batch_sizes=args.batch_size, spread=args.spread,
+                     engine=args.engine, device=args.device, dtype=args.dtype, hbm_bytes_per_s=args.hbm_gbps * 1e9,
+                     time_budget_s=args.time_budget)
+    try:
+        fast = FastConfig(compile=args.compile, attention=args.attention)
+    except ValueError as err:
+        raise SystemExit(f"bench: {err}") from None
+    result = run_bench(spec, fast)
     result["command"] = "peagle-lab " + " ".join(args.argv)
     result["info"] = collect(count_prompts=False)
     write_json(result, args.json)
@@ -148,7 +167,7 @@ def _serving(args) -> dict:
     cuda = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
     chosen = serving_defaults(cuda, args.methods)
     given = dict(dtype=args.dtype, memory_fraction=args.gpu_memory_utilization, model_runner=args.model_runner,
-                 enforce_eager=None if args.compile is None else not args.compile)
+                 enforce_eager=args.enforce_eager)
     return {**chosen, **{k: v for k, v in given.items() if v is not None}}
 
 
@@ -159,11 +178,12 @@ def cmd_vllm_bench(args) -> int:
     from .serving.server import serve_command, server_env
 
     serving = _serving(args)
+    drafters = dict(args.drafter)
     if args.dry_run:                       # the servers the sweep would start, one command each; starts nothing
         try:
             validate(args.methods, args.k, args.concurrency, args.num_prompts, args.max_new_tokens)
-            _, plan = sweep_plan(methods=args.methods, ks=args.k, target=args.target, eagle_drafter=args.eagle_drafter,
-                                 peagle_drafter=args.peagle_drafter, max_model_len=args.max_model_len,
+            _, plan = sweep_plan(methods=args.methods, ks=args.k, target=args.target, eagle_drafter=drafters.get("eagle"),
+                                 peagle_drafter=drafters.get("peagle"), max_model_len=args.max_model_len,
                                  **{k: v for k, v in serving.items() if k != "startup_timeout"})
         except (ValueError, FileNotFoundError) as err:
             raise SystemExit(f"peagle-lab vllm-bench: {err}") from None
@@ -175,7 +195,7 @@ def cmd_vllm_bench(args) -> int:
         result = run_vllm_bench(methods=args.methods, ks=args.k, concurrency=args.concurrency, prompts=args.prompts,
                                 num_prompts=args.num_prompts, max_new_tokens=args.max_new_tokens,
                                 temperature=args.temperature, target=args.target,
-                                eagle_drafter=args.eagle_drafter, peagle_drafter=args.peagle_drafter,
+                                eagle_drafter=drafters.get("eagle"), peagle_drafter=drafters.get("peagle"),
                                 max_model_len=args.max_model_len, workdir=args.logs, seed=args.seed,
                                 spread=args.spread, **serving)
     except (ValueError, FileNotFoundError) as err:
@@ -249,118 +269,35 @@ def _regenerate(args) -> int:
     return 0
 
 
-# TrainConfig fields the train command sets from flags of another name (the rest share theirs).
-_TRAIN_FLAGS = {"num_segments": "segments"}
+# The train flags that set a TrainConfig field, by field (the rest of the config is reached by --set KEY=VALUE).
+_TRAIN_FLAGS = {"method": "--method", "steps": "--steps", "batch_size": "--batch-size", "lr": "--lr",
+                "num_layers": "--num-layers", "draft_vocab_size": "--draft-vocab-size", "max_len": "--max-len",
+                "num_segments": "--segments"}
 
 
-def _train_config(args, **overrides):
-    """The TrainConfig the ``train`` flags ask for, with ``overrides`` (what --init-from decides) on top."""
-    from dataclasses import fields
+def _train_settings(args):
+    """(TrainConfig, RunSettings) the train flags ask for: the preset (else the defaults), the flags given over it,
+    then --set."""
+    from .train.setup import RUN_FIELDS, RunSettings, split_settings, training_config
 
-    from .train.config import TrainConfig
-
-    given = {f.name: getattr(args, _TRAIN_FLAGS.get(f.name, f.name)) for f in fields(TrainConfig)
-             if hasattr(args, _TRAIN_FLAGS.get(f.name, f.name))}
-    given["learn_mask_embedding"] = not args.frozen_mask_embedding
-    return TrainConfig(**{**given, **overrides})
-
-
-def _init_drafter(args, target, mark):
-    """``--init-from``: the exported drafter to fine-tune and the settings its shape fixes (else ``None, {}``).
-
-    A P-EAGLE drafter with a frozen mask row gets a learned one (at ``--mask-token-id`` or an unused id,
-    starting from the row it was trained with: drafts unchanged) unless ``--frozen-mask-embedding``.
-    """
-    if not args.init_from:
-        return None, {}
-    from .checkpoint import load_drafter, with_learned_mask_row
-
-    init = load_drafter(args.init_from, target)
-    if init.cfg.parallel_drafting != (args.method == "peagle"):
-        raise SystemExit(f"--init-from {args.init_from} is {'a P-EAGLE' if init.cfg.parallel_drafting else 'an EAGLE-3'}"
-                         f" drafter; pass --method {'peagle' if init.cfg.parallel_drafting else 'eagle'}")
-    if init.cfg.parallel_drafting and init.mask_embedding is None and not args.frozen_mask_embedding:
-        old = init.cfg.mask_token_id
-        init = with_learned_mask_row(init, target, args.mask_token_id)
-        mark(f"mask token {old} -> {init.cfg.mask_token_id} with a learned row (starts as row {old}; "
-             "--frozen-mask-embedding keeps it as it is)")
-    shape = dict(num_layers=init.cfg.num_layers, intermediate_size=init.cfg.intermediate_size,
-                 draft_vocab_size=init.cfg.draft_vocab_size, share_lm_head=not init.cfg.has_lm_head)
-    if init.cfg.trained_depth:
-        shape["max_depth"] = init.cfg.trained_depth
-    mark(f"starting from {args.init_from} ({init.cfg.num_layers} layer(s), draft vocab {init.cfg.draft_vocab_size})")
-    return init, shape
+    config_sets, run_sets = split_settings(dict(args.set or []))
+    given = {name: getattr(args, name) for name in _TRAIN_FLAGS if getattr(args, name) is not None}
+    cfg = training_config(args.preset, **given, **config_sets)
+    run = RunSettings(**{k: getattr(args, k) for k in RUN_FIELDS if hasattr(args, k)}, **run_sets)
+    return cfg, run
 
 
 def cmd_train(args) -> int:
-    import torch
+    from .atomic import DestinationInUse
+    from .train.setup import train
+    from .train.trainer import ResumeMismatch
 
-    from .atomic import DestinationInUse, check_replaceable
-    from .device import resolve_device
-    from .target import Target
-    from .train.data import load_samples
-    from .train.trainer import ResumeMismatch, Trainer, finish_distributed, init_distributed, rank_and_world
-    from .train.vocab import build_draft_vocab, token_counts
-
-    # "auto" -> CUDA when present; under torchrun: join the group (NCCL on GPUs, one per process; gloo on CPUs, or
-    # with PEAGLE_DIST_BACKEND=gloo) and train on this process's GPU; otherwise a no-op
-    device = init_distributed(resolve_device(args.device))
-    t0 = time.perf_counter()
-
-    def mark(what: str) -> None:                        # start-up phases, timed (a slow one shows up in the log)
-        print(f"[{time.perf_counter() - t0:6.1f} s] {what}", file=sys.stderr, flush=True)
-
-    export_to = args.export or f"{args.out}/drafter"
     try:
-        check_replaceable(export_to, args.overwrite)      # now, not after the training: a user's folder stays
-    except DestinationInUse as err:
+        summary = train(*_train_settings(args))
+    except (DestinationInUse, ResumeMismatch) as err:   # a user's folder, or a run folder made otherwise
         raise SystemExit(f"peagle-lab train: {err}") from None
-    target = Target.load(args.target, device=device)
-    mark(f"target loaded on {target.device}")
-    samples = load_samples(args.data)
-    mark(f"{len(samples)} conversations loaded")
-    init, shape = _init_drafter(args, target, mark)
-    cfg = _train_config(args, **shape)
-    if cfg.share_lm_head:
-        cfg = replace(cfg, draft_vocab_size=target.vocab_size)  # the target's own head scores every token
-    counts = token_counts(samples, target.vocab_size)
-    ids, _ = build_draft_vocab(counts, cfg.draft_vocab_size)
-    if init is not None:                                 # keep the drafter's own vocabulary (its lm_head rows)
-        ids = init.to_target_ids(torch.arange(init.cfg.draft_vocab_size, device=init.fc.weight.device)).cpu()
-    try:                                                 # a resume is checked here: settings, data, vocabulary, target
-        trainer = Trainer(target, samples, cfg, args.out, ids, drafter=init, data_source=args.data)
-    except ResumeMismatch as err:
-        raise SystemExit(f"peagle-lab train: {err}") from None
-    coverage = float(counts[trainer.draft_ids].sum()) / max(1, int(counts.sum()))   # of the vocabulary it trains
-    print(f"draft vocab {cfg.draft_vocab_size}: covers {coverage:.1%} of reply tokens in {len(samples)} conversations",
-          file=sys.stderr)
-    val = None
-    if args.val_prompts and rank_and_world()[0] == 0:
-        from .evaluate import greedy_replies
-        from .prompts import load_prompts
-
-        val_prompts = [target.chat_ids(p) for p in load_prompts(args.val_set, args.val_prompts, spread=True)]
-        val = list(zip(val_prompts, greedy_replies(target, val_prompts, k=args.val_k, max_new_tokens=args.val_tokens)))
-        mark(f"{len(val)} validation replies generated ({args.val_set})")
-        trainer.val_replies = val
-    mark("trainer ready; training starts")
-    history = trainer.run(time_budget_s=60 * args.max_minutes if args.max_minutes else None,
-                          progress=rank_and_world()[0] == 0, stop_after=args.stop_after)
-    if rank_and_world()[0] != 0:
-        finish_distributed()                            # waits for rank 0's export
-        return 0
-    dtype = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch.float16}[args.export_dtype]
-    try:
-        path = trainer.export(export_to, dtype=dtype, overwrite=args.overwrite, flag="--overwrite")
-    except DestinationInUse as err:
-        raise SystemExit(f"peagle-lab train: {err} (the trained checkpoint is in {args.out}: the same command with "
-                         "another --export writes it without training again)") from None
-    last = history[-1] if history else {}
-    val_al = [r["val_al"] for r in history if "val_al" in r]
-    print(json.dumps({"drafter": str(path), "steps": trainer.step, "draft_vocab_coverage": coverage,
-                      "final_loss": last.get("loss"), "acc_per_depth": last.get("acc_per_depth"),
-                      "validation_al": val_al[-1] if val_al else None}))
-    finish_distributed()
+    if summary is not None:                             # rank 0 (or the only process)
+        print(json.dumps(summary))
     return 0
 
 
@@ -397,7 +334,7 @@ def cmd_check(args) -> int:
 
     problems = folder_problems(args.drafter)            # a broken folder is named before any model loads
     report = ({"problems": problems, "warnings": [], "probe": None} if problems
-              else check_drafter(args.drafter, Target.load(args.target), k=args.k))
+              else check_drafter(args.drafter, Target.load(args.target, device=args.device), k=args.k))
     if args.json:
         print(json.dumps(report, indent=2))
     else:
@@ -515,6 +452,7 @@ def add_generate_parser(sub) -> None:
     s.add_argument("--top-p", type=_fraction, default=1.0, help="nucleus sampling mass, in (0, 1] (1 = off)")
     s.add_argument("--seed", type=_count, default=0)
     s.add_argument("--target", default=None, help="HF model id or folder (default: embedded SmolLM2-135M-Instruct)")
+    s.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda")
     s.set_defaults(fn=cmd_generate)
 
 
@@ -524,8 +462,7 @@ def add_bench_parser(sub) -> None:
     s.add_argument("--k", type=_draft_lengths, default=[3, 5, 7], help="draft lengths, e.g. 3,5,7")
     _add_prompt_args(s)
     s.add_argument("--temperature", type=_non_negative, default=0.0)
-    s.add_argument("--eagle-drafter", default=None)
-    s.add_argument("--peagle-drafter", default=None)
+    _add_drafter_arg(s)
     s.add_argument("--target", default=None)
     s.add_argument("--seed", type=_count, default=0)
     s.add_argument("--batch-size", type=_ints, default=[1],
@@ -559,16 +496,15 @@ def add_vllm_bench_parser(sub) -> None:
     _add_prompt_args(s)
     s.add_argument("--temperature", type=_non_negative, default=0.0)
     s.add_argument("--dtype", default=None, help="vLLM --dtype (default: bfloat16 on a CUDA GPU, float32 on a CPU)")
-    s.add_argument("--eagle-drafter", default=None, help="EAGLE-3 drafter: a folder or a Hugging Face id")
-    s.add_argument("--peagle-drafter", default=None, help="P-EAGLE drafter: a folder or a Hugging Face id")
+    _add_drafter_arg(s, "a folder or a Hugging Face id")
     s.add_argument("--target", default=None, help="HF folder or Hugging Face id vLLM serves "
                                                   "(default: the embedded SmolLM2, converted)")
     s.add_argument("--max-model-len", type=_positive, default=2048)
     s.add_argument("--gpu-memory-utilization", type=_fraction, default=None,
                    help="fraction of GPU (or CPU) memory vLLM may reserve (default 0.35)")
-    s.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
-                   help="compile the model and capture CUDA graphs (default on a CUDA GPU) or --no-compile: "
-                        "--enforce-eager (default on a CPU)")
+    s.add_argument("--enforce-eager", action=argparse.BooleanOptionalAction, default=None,
+                   help="vLLM's --enforce-eager: no compile, no CUDA graphs (default on a CPU); --no-enforce-eager "
+                        "compiles the model and captures CUDA graphs (default on a CUDA GPU)")
     s.add_argument("--model-runner", choices=["auto", "v1", "v2"], default=None,
                    help="vLLM's model runner (default on a GPU when peagle is swept: v1 for every method, since "
                         "vLLM runs parallel drafting only there; auto: vLLM's own choice)")
@@ -615,66 +551,60 @@ def add_regenerate_parser(sub) -> None:
     s.set_defaults(fn=cmd_regenerate)
 
 
+def _setting(text: str) -> tuple[str, object]:
+    """An argparse ``type`` for ``--set KEY=VALUE``: a TrainConfig field (or a run setting) and a value it accepts."""
+    from .train.setup import parse_setting
+
+    try:
+        return parse_setting(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
 def add_train_parser(sub) -> None:
-    from .train.config import TrainConfig
+    from .train.config import PRESETS, TrainConfig
 
     D = TrainConfig()                                   # one set of defaults: the config's
     s = sub.add_parser("train", help="train an EAGLE-3 (eagle) or P-EAGLE (peagle) drafter; resumes from --out")
-    s.add_argument("--method", default=D.method, choices=["peagle", "eagle"])
+    s.add_argument("--preset", default=None, choices=list(PRESETS),
+                   help="README's GPU recipe: peagle (4 layers, COD 0.8, feature noise 0.05) or eagle (1 layer), both "
+                        "batch 32, draft vocab 8192, 20000 steps, grouped by length; flags and --set override it")
+    s.add_argument("--method", default=None, choices=["peagle", "eagle"], help=f"default: the preset's, else {D.method}")
     s.add_argument("--data", required=True, help="folder written by `peagle-lab regenerate`")
-    s.add_argument("--out", required=True, help="run folder (checkpoint.pt lives here)")
+    s.add_argument("--out", required=True, help="run folder (checkpoint.pt lives here; a rerun resumes it)")
     s.add_argument("--export", default=None, help="drafter folder to write (default OUT/drafter): new, empty or an "
                                                    "earlier export")
     s.add_argument("--overwrite", action="store_true",
                    help="let --export replace a folder peagle-lab did not write (its files are deleted)")
-    s.add_argument("--export-dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
-    s.add_argument("--num-layers", type=_positive, default=D.num_layers)
-    s.add_argument("--intermediate-size", type=_positive, default=D.intermediate_size)
-    s.add_argument("--draft-vocab-size", type=_positive, default=D.draft_vocab_size)
-    s.add_argument("--max-depth", type=_draft_length, default=D.max_depth,
-                   help="train depths 0..D-1 (valid for K <= D)")
-    s.add_argument("--cod-ratio", type=_float_range(0, 1), default=D.cod_ratio,
-                   help="share of each depth's elements kept for the next (COD sampling), in [0, 1]")
-    s.add_argument("--steps", type=_positive, default=D.steps)
-    s.add_argument("--batch-size", type=_positive, default=D.batch_size, help="conversations per optimiser step")
-    s.add_argument("--max-len", type=_int_range(2), default=D.max_len, help="tokens per conversation (longer are cut)")
-    s.add_argument("--segments", type=_positive, default=D.num_segments,
-                   help="sequence partitioning: segments per packed sequence")
-    s.add_argument("--lr", type=_above_zero, default=D.lr)
-    s.add_argument("--warmup-steps", type=_count, default=D.warmup_steps)
-    s.add_argument("--checkpoint-every", type=_positive, default=D.checkpoint_every)
+    s.add_argument("--target", default=None, help="HF model id or folder (default: embedded SmolLM2-135M-Instruct)")
+    s.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda")
+    s.add_argument("--steps", type=_positive, default=None, help=f"optimiser steps (default: the preset's, else {D.steps})")
+    s.add_argument("--batch-size", type=_positive, default=None,
+                   help=f"conversations per optimiser step (default: the preset's, else {D.batch_size})")
+    s.add_argument("--lr", type=_above_zero, default=None, help=f"peak learning rate (default {D.lr})")
+    s.add_argument("--num-layers", type=_positive, default=None,
+                   help=f"drafter layers (default: the preset's, else {D.num_layers})")
+    s.add_argument("--draft-vocab-size", type=_positive, default=None,
+                   help=f"tokens the drafter drafts (default: the preset's, else {D.draft_vocab_size})")
+    s.add_argument("--max-len", type=_int_range(2), default=None,
+                   help=f"tokens per conversation, longer are cut (default {D.max_len})")
+    s.add_argument("--segments", type=_positive, default=None, dest="num_segments",
+                   help="sequence partitioning: segments per packed sequence (long sequences; default 1)")
+    s.add_argument("--init-from", default=None,
+                   help="start from an exported drafter folder (fine-tuning): its layers, width, vocabulary and depth "
+                        "replace the config's")
+    s.add_argument("--val-prompts", type=_count, default=0,
+                   help="at each checkpoint, replay greedy decoding on this many prompts and log the validation AL "
+                        "(equal to the engine's; one drafter pass per reply)")
     s.add_argument("--max-minutes", type=_above_zero, default=None, help="shorten the run to fit this wall time")
     s.add_argument("--stop-after", type=_positive, default=None,
                    help="stop after this many steps of this launch (a rehearsed interruption: the same command "
                         "resumes from the last checkpoint towards --steps)")
-    s.add_argument("--layout", default=D.layout, choices=["packed", "padded"],
-                   help="how a batch's conversations run (same gradient): a padded batch, one row per conversation "
-                        "(default; the shipped drafters' layout), or one packed pass (P-EAGLE's mask as a sparse "
-                        "flex-attention BlockMask on CUDA; the layout --segments applies to)")
-    s.add_argument("--group-by-length", action="store_true",
-                   help="batches of similar-length conversations (less padding on a GPU)")
-    s.add_argument("--share-lm-head", action="store_true",
-                   help="no lm_head of its own: draft with the target's output layer over the full vocabulary (100%% "
-                        "coverage, a smaller file; each draft slot then costs a full-vocabulary matmul). vLLM shares the "
-                        "target's head with such a checkpoint (benchmarks/results/vllm_shared_head_probe.json)")
-    s.add_argument("--init-from", default=None,
-                   help="start from an exported drafter folder (fine-tuning): its layers, width, vocabulary and depth "
-                        "replace --num-layers, --intermediate-size, --draft-vocab-size and --max-depth")
-    s.add_argument("--mask-token-id", type=_count, default=D.mask_token_id,
-                   help="P-EAGLE's mask token (default: an id real text never produces; SmolLM2: 16, <empty_output>)")
-    s.add_argument("--frozen-mask-embedding", action="store_true",
-                   help="keep the mask token's embedding row frozen at the target's (default: learn it, as the paper does)")
-    s.add_argument("--hidden-noise", type=_non_negative, default=D.hidden_noise,
-                   help="uniform noise in [-a, a] on the target's features while training (public trainers: 0.05)")
-    s.add_argument("--val-prompts", type=_count, default=0,
-                   help="at each checkpoint, replay greedy decoding on this many prompts and log the validation AL "
-                        "(equal to the engine's; one drafter pass per reply)")
-    s.add_argument("--val-set", default="mt-bench", help="prompt set of the validation AL")
-    s.add_argument("--val-tokens", type=_positive, default=128, help="new tokens per validation reply")
-    s.add_argument("--val-k", type=_draft_length, default=D.val_k, help="K of the validation AL")
-    s.add_argument("--seed", type=_count, default=D.seed)
-    s.add_argument("--target", default=None)
-    s.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda")
+    s.add_argument("--set", type=_setting, action="append", default=[], metavar="KEY=VALUE",
+                   help="any other training setting, repeatable: a TrainConfig field (cod_ratio=0.8, max_depth=8, "
+                        "hidden_noise=0.05, share_lm_head=true, mask_token_id=16, learn_mask_embedding=false, "
+                        "layout=packed, warmup_steps=100, checkpoint_every=300, seed=1, val_k=7, ...) or "
+                        "export_dtype, val_set, val_tokens; docs/training.md lists them")
     s.set_defaults(fn=cmd_train)
 
 
@@ -684,6 +614,7 @@ def add_check_parser(sub) -> None:
     s.add_argument("--target", default=None)
     s.add_argument("--k", type=_draft_length, default=None,
                    help="K of the acceptance probe (default: the trained depth of a P-EAGLE drafter, else 3)")
+    s.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda: where the probe runs")
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_check)
 
@@ -742,26 +673,26 @@ def _check_paths(p: argparse.ArgumentParser, args) -> None:
     """Local folders a command reads must exist before any model loads (exit 2 with the flag named)."""
     from pathlib import Path
 
-    local = {"generate": ["drafter"], "bench": ["eagle_drafter", "peagle_drafter"], "materialise": ["drafter"],
-             "export-speculators": ["drafter"], "train": ["init_from"]}.get(args.command, [])
-    for name in local:
-        value = getattr(args, name, None)
+    local = {"generate": [("--drafter", args.drafter if args.command == "generate" else None)],
+             "bench": [(f"--drafter {m}=", d) for m, d in args.drafter] if args.command == "bench" else [],
+             "materialise": [("drafter", getattr(args, "drafter", None))],
+             "export-speculators": [("drafter", getattr(args, "drafter", None))],
+             "train": [("--init-from", getattr(args, "init_from", None))]}.get(args.command, [])
+    for flag, value in local:
         fault = value and _folder_fault(value)
         if value and not fault and args.command != "materialise":      # weights load_drafter reads: intact?
             from .check import folder_problems
 
             fault = next(iter(folder_problems(Path(value).expanduser())), None)
         if fault:
-            flag = "drafter" if name == "drafter" and args.command != "generate" else "--" + name.replace("_", "-")
-            p.error(f"{flag} {fault}")
+            p.error(f"{flag}{'' if flag.endswith('=') else ' '}{fault}")
     if args.command == "vllm-bench":                    # a Hugging Face id passes; a missing local path does not
         from .serving.server import is_hub_id
 
-        for name in ("eagle_drafter", "peagle_drafter"):
-            value = getattr(args, name)
-            fault = value and not is_hub_id(value) and _folder_fault(value)
+        for method, value in args.drafter:
+            fault = not is_hub_id(value) and _folder_fault(value)
             if fault:
-                p.error(f"--{name.replace('_', '-')} {fault} (nor a Hugging Face id owner/name)")
+                p.error(f"--drafter {method}={fault} (nor a Hugging Face id owner/name)")
     if args.command == "check" and not Path(args.drafter).expanduser().is_dir():
         p.error(f"drafter {args.drafter}: no such folder")
     if args.command == "train" and not any(Path(args.data).expanduser().glob("shard-*.pt")):
@@ -786,6 +717,17 @@ def _check_regenerate_engine(p: argparse.ArgumentParser, args) -> None:
         p.error("--gpu-memory-utilization is for --engine vllm (transformers takes what it needs)")
 
 
+def _check_train(p: argparse.ArgumentParser, args) -> None:
+    """--set never repeats a flag; the resolved config is one a run can train (exit 2 before any model loads)."""
+    for key, _ in args.set:
+        if key in _TRAIN_FLAGS:
+            p.error(f"--set {key}: use {_TRAIN_FLAGS[key]} (each setting has one way in)")
+    cfg, _ = _train_settings(args)
+    if cfg.method == "peagle" and args.val_prompts and not args.init_from and cfg.val_k > cfg.max_depth:
+        p.error(f"val_k {cfg.val_k} exceeds max_depth {cfg.max_depth}: a P-EAGLE drafter drafts at most the depths "
+                "it was trained on (--set val_k=K with K <= max_depth, or a larger --set max_depth)")
+
+
 def check_args(parser: argparse.ArgumentParser, args) -> None:
     """Rules that join several flags (argparse types check each flag alone) and the local folders a command
     reads; ``error`` exits 2 with one line naming the command and the flag, before any model loads."""
@@ -795,10 +737,11 @@ def check_args(parser: argparse.ArgumentParser, args) -> None:
         p.error(f"--method {args.method} needs --drafter FOLDER (a drafter checkpoint; or use --method ar)")
     if args.command == "regenerate":
         _check_regenerate_engine(p, args)
-    if args.command == "train" and args.method == "peagle" and args.val_prompts and not args.init_from \
-            and args.val_k > args.max_depth:
-        p.error(f"--val-k {args.val_k} exceeds --max-depth {args.max_depth}: a P-EAGLE drafter drafts at most "
-                "the depths it was trained on")
+    methods = [m for m, _ in args.drafter] if args.command in ("bench", "vllm-bench") else []
+    for method in {m for m in methods if methods.count(m) > 1}:
+        p.error(f"--drafter {method}=... is given twice; one drafter per method")
+    if args.command == "train":
+        _check_train(p, args)
     _check_paths(p, args)
     _check_outputs(p, args)
 

@@ -143,7 +143,9 @@ def greedy_replies(target, prompts: list[list[int]], *, k: int, max_new_tokens: 
     :func:`replay_acceptance` needs to check every step's drafts (it stops at EOS as the engine does)."""
     from tqdm.auto import tqdm
 
-    return [target.generate(list(ids), max_new_tokens + k + 1, stop_at_eos=False).tokens
+    from .engines.teaching import generate
+
+    return [generate(target, list(ids), method="ar", max_new_tokens=max_new_tokens + k + 1, stop_at_eos=False).tokens
             for ids in tqdm(prompts, desc="greedy replies", disable=not progress)]
 
 

@@ -9,7 +9,7 @@ The engine needs only three things from a cache, so they live here and nowhere e
 * :func:`crop` -- roll it back to its first ``n`` positions (speculative decoding throws away
   the KV entries of rejected draft tokens).
 
-The batched engine (:mod:`peagle_lab.batch_cache`) needs two more, both plain tensor surgery on
+The batched engine (:mod:`peagle_lab.engines.batch_cache`) needs two more, both plain tensor surgery on
 every layer's ``(B, heads, T, head_dim)`` keys and values:
 
 * :func:`rewrite_tail` -- per row, move chosen slots to the end of that row's valid prefix;

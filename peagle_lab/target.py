@@ -21,7 +21,6 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from . import kvcache
 from .assets import resolve_target
 from .device import resolve_device
-from .sampling import choose
 
 
 def default_aux_layer_ids(num_layers: int) -> tuple[int, int, int]:
@@ -58,7 +57,7 @@ class Generation:
 
 
 class Target:
-    """A causal LM wrapped for speculative decoding: cached forward, taps, rollback, AR decode."""
+    """A causal LM wrapped for speculative decoding: cached forward, taps, rollback, a greedy reference."""
 
     def __init__(self, model, tokenizer, aux_layer_ids: tuple[int, ...] | None = None):
         self.model = model.eval()
@@ -131,7 +130,7 @@ class Target:
 
         By default every row continues at position ``cache length``. The batched engine passes
         per-row ``positions (B, T)`` and a 4D additive ``attention_mask (B, 1, T, cache + T)``
-        instead (see :mod:`peagle_lab.batch_cache`).
+        instead (see :mod:`peagle_lab.engines.batch_cache`).
         """
         if input_ids.dim() == 1:
             input_ids = input_ids[None]
@@ -198,37 +197,18 @@ class Target:
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
 
-    # ----------------------------------------------------------------------------- AR decoding
+    # ----------------------------------------------------------------------------- the greedy reference
     @torch.inference_mode()
-    def generate(self, prompt_ids: list[int], max_new_tokens: int, *, temperature: float = 0.0,
-                 top_p: float = 1.0, seed: int | None = None, stop_at_eos: bool = True) -> Generation:
-        """Plain autoregressive decoding, one target forward per token (the AR baseline)."""
-        gen = torch.Generator().manual_seed(seed) if seed is not None else None
+    def generate(self, prompt_ids: list[int], max_new_tokens: int, *, stop_at_eos: bool = True) -> Generation:
+        """Plain greedy decoding, one target forward per token: the reference the oracle tests hold every
+        engine to (the engines' own AR is their loop with K = 0, :mod:`peagle_lab.engines`)."""
         t0 = time.perf_counter()
         cache = self.new_cache()
         logits = self.forward(torch.tensor(prompt_ids), cache, aux=False).logits[0, -1]
         tokens: list[int] = []
         while len(tokens) < max_new_tokens:
-            token = int(choose(logits.cpu(), temperature, top_p, gen))
-            tokens.append(token)
-            if stop_at_eos and token in self.eos_token_ids:
+            tokens.append(int(logits.argmax()))
+            if (stop_at_eos and tokens[-1] in self.eos_token_ids) or len(tokens) == max_new_tokens:
                 break
-            if len(tokens) == max_new_tokens:
-                break
-            logits = self.forward(torch.tensor([token]), cache, aux=False).logits[0, -1]
-        return Generation(tokens=tokens, prompt_len=len(prompt_ids), seconds=time.perf_counter() - t0)
-
-    @torch.inference_mode()
-    def hf_generate(self, prompt_ids: list[int], max_new_tokens: int, *, temperature: float = 0.0,
-                    top_p: float = 1.0, seed: int | None = None) -> Generation:
-        """transformers' own ``generate`` on the same model (the `hf` baseline)."""
-        if seed is not None:
-            torch.manual_seed(seed)
-        sampling = dict(do_sample=True, temperature=temperature, top_p=top_p, top_k=0) if temperature > 0 else dict(do_sample=False)
-        t0 = time.perf_counter()
-        ids = torch.tensor([prompt_ids], device=self.device)
-        out = self.model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens,
-                                  **sampling, eos_token_id=list(self.eos_token_ids),
-                                  pad_token_id=self.eos_token_ids[0] if self.eos_token_ids else None)
-        tokens = out[0, len(prompt_ids):].tolist()
+            logits = self.forward(torch.tensor(tokens[-1:]), cache, aux=False).logits[0, -1]
         return Generation(tokens=tokens, prompt_len=len(prompt_ids), seconds=time.perf_counter() - t0)

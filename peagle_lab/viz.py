@@ -155,7 +155,7 @@ def step_view(result, index: int) -> dict:
     added there (accepted drafts + the target's token; the last step may be cut by the token
     budget or EOS)::
 
-        >>> from peagle_lab.engine import SpecResult, Step
+        >>> from peagle_lab.engines.frame import SpecResult, Step
         >>> r = SpecResult(tokens=[7, 1, 2, 9], prompt_len=3, seconds=0.0, steps=[Step([1, 2, 3], 2, 9)])
         >>> v = step_view(r, 0)
         >>> v["verdicts"], v["next_kind"], v["yielded"]

@@ -44,25 +44,32 @@ RANGES = [
     (["regenerate", "--out", "x", "--shard-size", "0"], "--shard-size", ">= 1"),
     (["regenerate", "--out", "x", "--temperature", "-1"], "--temperature", ">= 0"),
     (["train", "--data", "d", "--out", "o", "--steps", "0"], "--steps", ">= 1"),
-    (["train", "--data", "d", "--out", "o", "--checkpoint-every", "0"], "--checkpoint-every", ">= 1"),
+    (["train", "--data", "d", "--out", "o", "--set", "checkpoint_every=0"], "--set", "checkpoint_every=0: expected a whole number >= 1"),
     (["train", "--data", "d", "--out", "o", "--lr", "0"], "--lr", "> 0"),
-    (["train", "--data", "d", "--out", "o", "--cod-ratio", "1.5"], "--cod-ratio", "[0, 1]"),
-    (["train", "--data", "d", "--out", "o", "--cod-ratio", "-0.1"], "--cod-ratio", "[0, 1]"),
+    (["train", "--data", "d", "--out", "o", "--set", "cod_ratio=1.5"], "--set", "a number in [0, 1]"),
+    (["train", "--data", "d", "--out", "o", "--set", "cod_ratio=-0.1"], "--set", "a number in [0, 1]"),
+    (["train", "--data", "d", "--out", "o", "--set", "cod_ratio=nan"], "--set", "a number in [0, 1]"),
     (["train", "--data", "d", "--out", "o", "--batch-size", "0"], "--batch-size", ">= 1"),
     (["train", "--data", "d", "--out", "o", "--num-layers", "0"], "--num-layers", ">= 1"),
-    (["train", "--data", "d", "--out", "o", "--intermediate-size", "0"], "--intermediate-size", ">= 1"),
+    (["train", "--data", "d", "--out", "o", "--set", "intermediate_size=0"], "--set", ">= 1 (or none)"),
     (["train", "--data", "d", "--out", "o", "--draft-vocab-size", "0"], "--draft-vocab-size", ">= 1"),
-    (["train", "--data", "d", "--out", "o", "--max-depth", "0"], "--max-depth", "[1, 128]"),
+    (["train", "--data", "d", "--out", "o", "--set", "max_depth=0"], "--set", "[1, 128]"),
     (["train", "--data", "d", "--out", "o", "--max-len", "1"], "--max-len", ">= 2"),
     (["train", "--data", "d", "--out", "o", "--segments", "0"], "--segments", ">= 1"),
-    (["train", "--data", "d", "--out", "o", "--warmup-steps", "-1"], "--warmup-steps", ">= 0"),
+    (["train", "--data", "d", "--out", "o", "--set", "warmup_steps=-1"], "--set", ">= 0"),
     (["train", "--data", "d", "--out", "o", "--max-minutes", "0"], "--max-minutes", "> 0"),
     (["train", "--data", "d", "--out", "o", "--stop-after", "0"], "--stop-after", ">= 1"),
-    (["train", "--data", "d", "--out", "o", "--mask-token-id", "-1"], "--mask-token-id", ">= 0"),
-    (["train", "--data", "d", "--out", "o", "--hidden-noise", "-0.05"], "--hidden-noise", ">= 0"),
+    (["train", "--data", "d", "--out", "o", "--set", "mask_token_id=-1"], "--set", ">= 0"),
+    (["train", "--data", "d", "--out", "o", "--set", "hidden_noise=-0.05"], "--set", ">= 0"),
+    (["train", "--data", "d", "--out", "o", "--set", "share_lm_head=maybe"], "--set", "true or false"),
+    (["train", "--data", "d", "--out", "o", "--set", "layout=diagonal"], "--set", "padded or packed"),
+    (["train", "--data", "d", "--out", "o", "--set", "export_dtype=int8"], "--set", "bfloat16 or float16"),
     (["train", "--data", "d", "--out", "o", "--val-prompts", "-1"], "--val-prompts", ">= 0"),
-    (["train", "--data", "d", "--out", "o", "--val-tokens", "0"], "--val-tokens", ">= 1"),
-    (["train", "--data", "d", "--out", "o", "--val-k", "0"], "--val-k", "[1, 128]"),
+    (["train", "--data", "d", "--out", "o", "--set", "val_tokens=0"], "--set", ">= 1"),
+    (["train", "--data", "d", "--out", "o", "--set", "val_k=0"], "--set", "[1, 128]"),
+    (["train", "--data", "d", "--out", "o", "--set", "cod_ratio"], "--set", "KEY=VALUE"),
+    (["train", "--data", "d", "--out", "o", "--set", "cod=0.8"], "--set", "valid keys: method, num_layers"),
+    (["train", "--data", "d", "--out", "o", "--preset", "medusa"], "--preset", "'peagle', 'eagle'"),
     (["check", "somewhere", "--k", "0"], "--k", "[1, 128]"),
     (["eval", "peagle-smollm2", "--k", "0"], "--k", "[1, 128]"),
     (["eval", "peagle-smollm2", "--num-prompts", "0"], "--num-prompts", ">= 1"),
@@ -112,19 +119,23 @@ COMBINED = [
     (["materialise", "{tmp}"], ["drafter", "no config.json"]),
     (["check", "{tmp}/missing"], ["drafter", "no such folder"]),
     (["export-speculators", "{tmp}/missing", "{tmp}/out"], ["drafter", "no such folder"]),
-    (["vllm-bench", "--dry-run", "--peagle-drafter", "{tmp}/missing"], ["--peagle-drafter", "no such folder"]),
-    (["vllm-bench", "--dry-run", "--methods", "eagle", "--eagle-drafter", "./not-here"],
-     ["--eagle-drafter", "no such folder"]),
-    (["vllm-bench", "--peagle-drafter", "not-here"], ["--peagle-drafter", "no such folder"]),
-    (["bench", "--peagle-drafter", "{tmp}/missing"], ["--peagle-drafter", "no such folder"]),
+    (["vllm-bench", "--dry-run", "--drafter", "peagle={tmp}/missing"], ["--drafter peagle=", "no such folder"]),
+    (["vllm-bench", "--dry-run", "--methods", "eagle", "--drafter", "eagle=./not-here"],
+     ["--drafter eagle=./not-here", "no such folder"]),
+    (["vllm-bench", "--drafter", "peagle=not-here"], ["--drafter peagle=not-here", "no such folder"]),
+    (["bench", "--drafter", "peagle={tmp}/missing"], ["--drafter peagle=", "no such folder"]),
+    (["bench", "--drafter", "{tmp}/missing"], ["--drafter", "METHOD=DIR", "eagle or peagle"]),
+    (["vllm-bench", "--dry-run", "--drafter", "medusa=x"], ["--drafter", "METHOD=DIR"]),
+    (["bench", "--drafter", "eagle={tmp}", "--drafter", "eagle={tmp}"], ["--drafter eagle=", "twice"]),
     (["bench", "--prompts", "{tmp}/missing.jsonl"], ["--prompts", "missing.jsonl"]),
     (["regenerate", "--out", "{tmp}/o", "--prompts", "{tmp}/missing.jsonl"], ["--prompts"]),
     (["train", "--data", "{tmp}/missing", "--out", "{tmp}/o"], ["--data", "regenerate"]),
     (["train", "--data", "{tmp}", "--out", "{tmp}/o"], ["--data", "shard-*.pt"]),
     (["train", "--data", "{tmp}/data", "--out", "{tmp}/o", "--init-from", "{tmp}/missing"],
      ["--init-from", "no such folder"]),
-    (["train", "--data", "{tmp}/data", "--out", "{tmp}/o", "--val-prompts", "2", "--val-k", "9", "--max-depth", "8"],
-     ["--val-k 9", "--max-depth 8"]),
+    (["train", "--data", "{tmp}/data", "--out", "{tmp}/o", "--val-prompts", "2", "--set", "val_k=9"],
+     ["val_k 9", "max_depth 8", "--set val_k="]),
+    (["train", "--data", "{tmp}/data", "--out", "{tmp}/o", "--set", "steps=9"], ["--set steps", "use --steps"]),
 ]
 
 
@@ -145,7 +156,7 @@ def test_a_damaged_drafter_is_refused_before_the_target_loads(no_model_loads, tm
     shutil.copytree(shipped()["eagle-smollm2"], folder)
     (folder / "model.safetensors").write_bytes(b"\0" * 64)
     for argv in (["generate", "hi", "--method", "eagle", "--drafter", str(folder)],
-                 ["bench", "--methods", "eagle", "--eagle-drafter", str(folder)],
+                 ["bench", "--methods", "eagle", "--drafter", f"eagle={folder}"],
                  ["export-speculators", str(folder), str(tmp_path / "out")]):
         line = _exit_2(argv, capsys)
         assert "model.safetensors" in line and "truncated or corrupt" in line, line
@@ -157,7 +168,7 @@ def test_a_damaged_drafter_is_refused_before_the_target_loads(no_model_loads, tm
 
 def test_dry_run_still_takes_hugging_face_ids(no_model_loads, capsys):
     assert main(["vllm-bench", "--dry-run", "--methods", "peagle", "--k", "3", "--target", "openai/gpt-oss-20b",
-                 "--peagle-drafter", "amazon/gpt-oss-20b-p-eagle"]) == 0
+                 "--drafter", "peagle=amazon/gpt-oss-20b-p-eagle"]) == 0
     assert "amazon/gpt-oss-20b-p-eagle" in capsys.readouterr().out
 
 
@@ -224,7 +235,7 @@ def tiny():
 
 
 def test_teaching_engine_refuses_a_request_past_the_context(tiny):
-    from peagle_lab.engine import generate
+    from peagle_lab.engines.teaching import generate
 
     tgt, drafter = tiny
     past = r"prompt \(60 tokens\) \+ max_new_tokens \(10\) = 70 positions .*max_position_embeddings 64"
@@ -237,7 +248,7 @@ def test_teaching_engine_refuses_a_request_past_the_context(tiny):
 
 
 def test_batched_engine_refuses_a_request_past_the_context(tiny):
-    from peagle_lab.batch_engine import generate_batch
+    from peagle_lab.engines.batched import generate_batch
 
     tgt, drafter = tiny
     with pytest.raises(ValueError, match=r"request 1: prompt \(60 tokens\).*max_position_embeddings 64"):
@@ -247,7 +258,7 @@ def test_batched_engine_refuses_a_request_past_the_context(tiny):
 
 
 def test_fast_engine_refuses_a_request_past_the_context(tiny):
-    from peagle_lab.fast.engine import generate_fast
+    from peagle_lab.engines.fast.engine import generate_fast
 
     tgt, drafter = tiny
     with pytest.raises(ValueError, match=r"prompt \(60 tokens\).*max_position_embeddings 64"):
@@ -261,8 +272,8 @@ def test_fast_engine_refuses_a_request_past_the_context(tiny):
                                        (dict(temperature=-1.0), "temperature must be >= 0"),
                                        (dict(temperature=0.7, top_p=0.0), r"top_p must be in \(0, 1\]")])
 def test_engines_refuse_bad_sampling_settings(tiny, kw, named):
-    from peagle_lab.engine import generate
-    from peagle_lab.fast.engine import generate_fast
+    from peagle_lab.engines.teaching import generate
+    from peagle_lab.engines.fast.engine import generate_fast
 
     tgt, drafter = tiny
     for run in (generate, generate_fast):

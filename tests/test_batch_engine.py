@@ -10,11 +10,11 @@ import pytest
 import torch
 
 from helpers import random_drafter
-from peagle_lab import batch_engine
-from peagle_lab.batch_cache import RaggedCache
-from peagle_lab.batch_engine import generate_batch
-from peagle_lab.engine import generate
-from peagle_lab.verify import verify_greedy, verify_greedy_batch
+from peagle_lab.engines import batched as batch_engine
+from peagle_lab.engines.batch_cache import RaggedCache
+from peagle_lab.engines.batched import generate_batch
+from peagle_lab.engines.teaching import generate
+from peagle_lab.engines.verify import verify_greedy, verify_greedy_batch
 
 BUDGETS = [10, 4, 7]                      # different max_new_tokens: requests leave the batch at different steps
 
@@ -142,10 +142,11 @@ def test_batch_errors(target, mtbench_ids, drafters):
 
 def test_bench_batch_size_rows(target):
     """`bench --batch-size 1,2`: one row per (method, K, batch size), all outputs identical to AR."""
-    from peagle_lab.bench import run_bench
+    from peagle_lab.bench import BenchSpec, run_bench
 
-    out = run_bench(methods=["ar", "peagle"], ks=[2], prompts="mt-bench", num_prompts=3, max_new_tokens=3,
-                    target=target, batch_sizes=[1, 2], progress=False)
+    out = run_bench(BenchSpec(methods=["ar", "peagle"], ks=[2], prompts="mt-bench", num_prompts=3, max_new_tokens=3,
+                              batch_sizes=[1, 2]),
+                    target=target, progress=False)
     rows = {(x["method"], x["k"], x["batch_size"]): x for x in out["results"]}
     assert set(rows) == {("ar", None, 1), ("peagle", 2, 1), ("ar", None, 2), ("peagle", 2, 2)}
     assert rows[("ar", None, 1)]["identical_to_ar"] is None                  # the reference itself
@@ -156,11 +157,13 @@ def test_bench_batch_size_rows(target):
         ("ar", None, 1): single, ("peagle", 2, 1): single,
         ("ar", None, 2): "teaching-batched", ("peagle", 2, 2): "teaching-batched"}
     with pytest.raises(SystemExit, match="--batch-size 1"):
-        run_bench(methods=["hf"], ks=[2], prompts="mt-bench", num_prompts=2, max_new_tokens=2, target=target,
-                  batch_sizes=[2])
+        run_bench(BenchSpec(methods=["hf"], ks=[2], prompts="mt-bench", num_prompts=2, max_new_tokens=2,
+                            batch_sizes=[2]),
+                  target=target)
     with pytest.raises(SystemExit, match="greedy only"):
-        run_bench(methods=["ar"], ks=[2], prompts="mt-bench", num_prompts=2, max_new_tokens=2, target=target,
-                  batch_sizes=[1, 2], temperature=0.5)
+        run_bench(BenchSpec(methods=["ar"], ks=[2], prompts="mt-bench", num_prompts=2, max_new_tokens=2,
+                            batch_sizes=[1, 2], temperature=0.5),
+                  target=target)
 
 
 def test_bench_cli_batch_rows_beside_the_fast_engine(target, tmp_path, capsys, monkeypatch):
@@ -257,10 +260,11 @@ def test_cuda_batch_runs_the_compiled_kernel_and_equals_each_request_alone(cuda_
 @cuda_only
 def test_cuda_bench_batch_rows(cuda_target):
     """`bench --device cuda --batch-size 1,2,3`: batch 1 on the fast engine, batches on the batched teaching engine."""
-    from peagle_lab.bench import run_bench
+    from peagle_lab.bench import BenchSpec, run_bench
 
-    out = run_bench(methods=["ar", "eagle", "peagle"], ks=[3], prompts="mt-bench", num_prompts=3, spread=True,
-                    max_new_tokens=16, target=cuda_target, batch_sizes=[1, 2, 3], progress=False)
+    out = run_bench(BenchSpec(methods=["ar", "eagle", "peagle"], ks=[3], prompts="mt-bench", num_prompts=3,
+                              spread=True, max_new_tokens=16, batch_sizes=[1, 2, 3]),
+                    target=cuda_target, progress=False)
     for row in out["results"]:
         assert row["engine"] == ("fast" if row["batch_size"] == 1 else "teaching-batched"), row
         assert row["new_tokens"] > 0 and row["tokens_per_s"] > 0

@@ -49,7 +49,7 @@ torch.manual_seed(0)
 torch.set_num_threads(1)  # Chromium and JupyterLab share the CPU: two torch threads would fight them
 from peagle_lab.target import Target
 from peagle_lab.drafters_registry import drafter_for
-from peagle_lab.engine import generate
+from peagle_lab.engines.teaching import generate
 from peagle_lab.prompts import load_prompts
 
 target = Target.load()

@@ -17,8 +17,8 @@ import pytest
 import torch
 
 from helpers import random_drafter, tiny_target
-from peagle_lab.engine import generate
-from peagle_lab.fast import StaticTarget, generate_fast
+from peagle_lab.engines.teaching import generate
+from peagle_lab.engines.fast import FastConfig, StaticTarget, generate_fast
 from peagle_lab.kernels.cache_attention import (MAX_ROWS, attend_cache, cache_attention, cache_attention_torch,
                                                  cache_attention_triton)
 
@@ -92,7 +92,7 @@ def test_auto_attention_picks_triton_on_cuda_only(monkeypatch):
     """attention="auto" (the default everywhere): the kernel on a CUDA GPU of compute capability >= 8.0 where every
     head dim fits it; SDPA on a CPU (the kernel would run in Triton's interpreter), on older GPUs (a T4) and for
     head dims the kernel refuses; explicit choices stay."""
-    from peagle_lab.fast.llama import resolve_attention
+    from peagle_lab.engines.fast.llama import resolve_attention
     assert resolve_attention("auto", "cpu", (64,)) == "sdpa"
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))      # an H100 / H200
@@ -107,15 +107,15 @@ def test_auto_attention_picks_triton_on_cuda_only(monkeypatch):
     tiny = tiny_target(vocab=20, head_dim=16)
     tiny.model.to(DEV)                                           # the engine resolves "auto" on the target's device
     out = generate_fast(tiny, [1, 2, 3], method="ar", max_new_tokens=4, max_len=64, stop_at_eos=False)
-    from peagle_lab.fast import engine as fe
-    assert {key[-1] for key in fe._ENGINES[tiny]} == {"sdpa" if DEV.type == "cpu" else "triton"}
+    from peagle_lab.engines.fast import engine as fe
+    assert {key[-1].attention for key in fe._ENGINES[tiny]} == {"sdpa" if DEV.type == "cpu" else "triton"}
     assert out.tokens == generate(tiny, [1, 2, 3], method="ar", max_new_tokens=4, stop_at_eos=False).tokens
 
 
 @cuda_only
 def test_prompt_pass_skips_cudnn_sdpa():
     """The prompt's eager pass runs SDPA without cuDNN (a plan per new prompt length); steps keep every backend."""
-    from peagle_lab.fast.engine import prompt_sdpa
+    from peagle_lab.engines.fast.engine import prompt_sdpa
     with prompt_sdpa(torch.device("cuda")):
         assert not torch.backends.cuda.cudnn_sdp_enabled()
         assert torch.backends.cuda.flash_sdp_enabled() and torch.backends.cuda.mem_efficient_sdp_enabled()
@@ -129,8 +129,8 @@ def test_imports_without_triton():
     import subprocess
     import sys
     code = ("import sys; sys.modules['triton'] = None; sys.modules['triton.language'] = None\n"
-            "import peagle_lab.fast, peagle_lab.bench\n"
-            "from peagle_lab.fast.llama import resolve_attention\n"
+            "import peagle_lab.engines.fast, peagle_lab.bench\n"
+            "from peagle_lab.engines.fast.llama import resolve_attention\n"
             "from peagle_lab.kernels.cache_attention import cache_attention_triton\n"
             "assert resolve_attention('auto', 'cuda', (64,)) == 'sdpa'\n"
             "import torch\n"
@@ -204,8 +204,8 @@ def test_generate_fast_triton_equals_ar():
         assert out.tokens == ref, method
         teach = generate(tiny, prompt, method=method, drafter=d, k=3, max_new_tokens=16, stop_at_eos=False)
         assert out.acceptance.to_dict() == teach.acceptance.to_dict(), method
-    from peagle_lab.fast import engine as fe
-    drafting = [e for key, e in fe._ENGINES[tiny].items() if key[-1] == "triton" and e.drafter is not None]
+    from peagle_lab.engines.fast import engine as fe
+    drafting = [e for key, e in fe._ENGINES[tiny].items() if key[-1].attention == "triton" and e.drafter is not None]
     assert len(drafting) == 2 and all(e.dcache.attend == e.dcache._attend for e in drafting)   # the drafters' layers too
 
 
@@ -255,23 +255,26 @@ def test_bench_passes_attention_through(target, monkeypatch):
     """`bench --engine fast --attention triton`: every fast generation gets it and the settings say so; with the
     teaching engine or an unknown name it is refused, naming the fix; the pair tool names the variant."""
     from peagle_lab import bench
+    from peagle_lab.bench import BenchSpec
 
     seen = []
 
-    def recording(target, ids, **kw):
-        seen.append(kw["attention"])
-        return generate_fast(target, ids, **kw)
+    def recording(target, ids, *, config, **kw):
+        seen.append(config.attention)
+        return generate_fast(target, ids, config=config, **kw)
 
     monkeypatch.setattr(bench, "generate_fast", recording)
-    out = bench.run_bench(methods=["ar"], ks=[2], prompts="mt-bench", num_prompts=1, max_new_tokens=2, target=target,
-                          progress=False, engine="fast", attention="triton")
+    out = bench.run_bench(BenchSpec(methods=["ar"], ks=[2], prompts="mt-bench", num_prompts=1, max_new_tokens=2,
+                                    engine="fast"),
+                          FastConfig(attention="triton"),
+                          target=target, progress=False)
     assert seen and set(seen) == {"triton"} and out["settings"]["attention"] == "triton"
     assert out["results"][0]["tokens_per_s"] > 0
-    kw = dict(methods=["ar"], ks=[2], prompts="mt-bench", num_prompts=1, max_new_tokens=2, target=target, progress=False)
+    spec = BenchSpec(methods=["ar"], ks=[2], prompts="mt-bench", num_prompts=1, max_new_tokens=2, engine="teaching")
     with pytest.raises(SystemExit, match="--engine fast"):
-        bench.run_bench(engine="teaching", attention="triton", **kw)
-    with pytest.raises(SystemExit, match="choose 'auto'"):
-        bench.run_bench(engine="fast", attention="flash", **kw)
+        bench.run_bench(spec, FastConfig(attention="triton"), target=target, progress=False)
+    with pytest.raises(ValueError, match="choose 'auto'"):
+        FastConfig(attention="flash")
 
     import importlib.util
     from pathlib import Path

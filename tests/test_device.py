@@ -36,7 +36,7 @@ def test_cli_device_defaults_to_auto(command):
 
 def test_target_load_auto_and_the_batch_engine_there(target):
     """Target.load(device="auto") lands where resolve_device says; the engines, batched too, run where the target is."""
-    from peagle_lab.batch_engine import generate_batch
+    from peagle_lab.engines.batched import generate_batch
 
     auto = Target.load(device="auto")
     assert auto.device.type == HERE

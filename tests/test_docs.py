@@ -105,3 +105,32 @@ def test_results_md_is_what_make_results_generates():
         "benchmarks/RESULTS.md is stale: run python benchmarks/make_results.py"
     for path in sorted((ROOT / "benchmarks" / "results").glob("*.json")):
         assert f"](results/{path.name})" in text, f"RESULTS.md does not show {path.name}"
+
+
+def test_results_md_is_a_summary_of_at_most_40_kb():
+    size = (ROOT / "benchmarks" / "RESULTS.md").stat().st_size
+    assert size <= 40_000, f"benchmarks/RESULTS.md is {size} bytes: keep it one table per study, history in git"
+
+
+# Lab-diary language: who ran what when, on which loaned machine, in which attempt. A learner needs the present
+# state and the command; dates, machines and commands live in benchmarks/RESULTS.md and the raw JSON.
+DIARY = {                                       # case-insensitive except "window" (Windows is an OS)
+    "run number": r"(?i)\bruns? ?\d",
+    "call number": r"(?i)\bcalls? \d",
+    "earlier pair": r"(?i)\bearlier pair\b",
+    "device window": r"(?<!sliding )(?<!context )\bwindows?\b",
+    "loaned machine": r"(?i)\bborrowed\b|\blent\b",
+    "before/after the fix": r"(?i)\b(before|after) the fix\b",
+    "session": r"(?i)\bsessions?\b",
+    "attempt": r"(?i)\battempts?\b",
+    "this round": r"(?i)\bthis round\b",
+    "a date": r"\b20\d\d-\d\d-\d\d\b",
+}
+LEARNER_PAGES = [*sorted((ROOT / "docs").glob("*.md")), ROOT / "benchmarks" / "gpu" / "README.md"]
+
+
+@pytest.mark.parametrize("page", LEARNER_PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_docs_have_no_diary_words(page):
+    text = page.read_text()
+    found = [(what, m.group(0)) for what, pattern in DIARY.items() for m in re.finditer(pattern, text)]
+    assert not found, f"{page.relative_to(ROOT)}: {found}: say what holds now; history belongs to git"

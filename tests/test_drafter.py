@@ -8,7 +8,7 @@ from safetensors.torch import load_file, save_file
 from helpers import random_drafter, tiny_target
 from peagle_lab.checkpoint import load_drafter, save_drafter
 from peagle_lab.compat import IncompatibleDrafter, check_compatible
-from peagle_lab.engine import generate
+from peagle_lab.engines.teaching import generate
 
 VLLM_LAYER_KEYS = {"self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
                    "self_attn.o_proj.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight",

@@ -3,8 +3,8 @@ import pytest
 import torch
 
 from helpers import random_drafter
-from peagle_lab import drafting, engine
-from peagle_lab.engine import generate
+from peagle_lab.engines import drafting, teaching
+from peagle_lab.engines.teaching import generate
 
 
 def _first_divergence(target, prompt, a, b):
@@ -54,7 +54,7 @@ def test_greedy_equal_with_partial_acceptance(target, mtbench_ids, references, d
         tokens = torch.tensor(truth[:cut] + [(t + 1) % target.vocab_size for t in truth[cut:]], device=target.device)
         return drafting.Draft(tokens, None)
 
-    monkeypatch.setitem(engine.DRAFTERS, method, assisted)
+    monkeypatch.setitem(teaching.DRAFTERS, method, assisted)
     out = generate(target, ids, method=method, drafter=drafters[method], k=5, max_new_tokens=40)
     assert out.tokens == ref, _first_divergence(target, ids, ref, out.tokens)
     counts = {s.accepted for s in out.steps}

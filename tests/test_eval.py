@@ -8,7 +8,7 @@ from peagle_lab.cli import main
 from peagle_lab.compat import IncompatibleDrafter
 from peagle_lab.checkpoint import load_drafter
 from peagle_lab.drafters_registry import shipped
-from peagle_lab.engine import generate
+from peagle_lab.engines.teaching import generate
 from peagle_lab.prompts import PromptFileError, load_categories, load_prompts
 from peagle_lab.stats import AcceptanceStats
 from peagle_lab.evaluate import al_by_category, evaluate_drafters, greedy_replies

@@ -18,9 +18,9 @@ import pytest
 import torch
 
 from helpers import random_drafter, tiny_target
-from peagle_lab.engine import generate
-from peagle_lab.fast import StaticTarget, generate_fast
-from peagle_lab.fast.graphs import compile_step
+from peagle_lab.engines.teaching import generate
+from peagle_lab.engines.fast import FastConfig, StaticTarget, generate_fast
+from peagle_lab.engines.fast.graphs import compile_step
 
 pytestmark = pytest.mark.slow           # torch.compile: `make test` runs these, `make test-fast` does not
 
@@ -122,35 +122,43 @@ def test_bench_passes_compile_through(target, monkeypatch):
     """`bench --engine fast --compile`: every fast generation gets compile=True, the settings say so and rows
     carry their warm-up time; with the teaching engine --compile is refused, naming the fix. (The real
     target compiles for minutes on a CPU, so the compile itself is recorded, not run, here.)"""
+    from dataclasses import replace
+
     from peagle_lab import bench
+    from peagle_lab.bench import BenchSpec
 
     seen = []
 
-    def recording(target, ids, **kw):
-        seen.append(kw["compile"])
-        return generate_fast(target, ids, **dict(kw, compile=False))
+    def recording(target, ids, *, config, **kw):
+        seen.append(config.compile)
+        return generate_fast(target, ids, config=replace(config, compile=None), **kw)
 
     monkeypatch.setattr(bench, "generate_fast", recording)
-    out = bench.run_bench(methods=["ar"], ks=[2], prompts="mt-bench", num_prompts=1, max_new_tokens=2, target=target,
-                          progress=False, engine="fast", compile=True)
+    out = bench.run_bench(BenchSpec(methods=["ar"], ks=[2], prompts="mt-bench", num_prompts=1, max_new_tokens=2,
+                                    engine="fast"),
+                          FastConfig(compile=True),
+                          target=target, progress=False)
     assert seen and all(seen) and out["settings"]["compile"] == "default"
     assert out["results"][0]["warmup_s"] > 0
     with pytest.raises(SystemExit, match="--engine fast"):
-        bench.run_bench(methods=["ar"], ks=[2], prompts="mt-bench", num_prompts=1, max_new_tokens=2, target=target,
-                        progress=False, engine="teaching", compile=True)
+        bench.run_bench(BenchSpec(methods=["ar"], ks=[2], prompts="mt-bench", num_prompts=1, max_new_tokens=2,
+                                  engine="teaching"),
+                        FastConfig(compile=True),
+                        target=target, progress=False)
     seen.clear()
-    out = bench.run_bench(methods=["ar"], ks=[2], prompts="mt-bench", num_prompts=1, max_new_tokens=2, target=target,
-                          progress=False, engine="fast", compile="max-autotune-no-cudagraphs")
+    out = bench.run_bench(BenchSpec(methods=["ar"], ks=[2], prompts="mt-bench", num_prompts=1, max_new_tokens=2,
+                                    engine="fast"),
+                          FastConfig(compile="max-autotune-no-cudagraphs"),
+                          target=target, progress=False)
     assert set(seen) == {"max-autotune-no-cudagraphs"} and out["settings"]["compile"] == "max-autotune-no-cudagraphs"
-    with pytest.raises(SystemExit, match="max-autotune-no-cudagraphs"):      # inductor's own graphs: refused, fix named
-        bench.run_bench(methods=["ar"], ks=[2], prompts="mt-bench", num_prompts=1, max_new_tokens=2, target=target,
-                        progress=False, engine="fast", compile="reduce-overhead")
+    with pytest.raises(ValueError, match="max-autotune-no-cudagraphs"):      # inductor's own graphs: refused, fix named
+        FastConfig(compile="reduce-overhead")
 
 
 def test_compile_modes_keep_the_math(inductor_works, monkeypatch):
     """A step compiled in each accepted mode computes what the plain step computes, and the mode reaches
     torch.compile; a mode with inductor's own CUDA graphs is refused before anything compiles."""
-    from peagle_lab.fast import graphs
+    from peagle_lab.engines.fast import graphs
 
     modes = []
     real = torch.compile

@@ -1,4 +1,4 @@
-"""Oracles for the fast engine (static caches, CUDA graphs): peagle_lab.fast.
+"""Oracles for the fast engine (static caches, CUDA graphs): peagle_lab.engines.fast.
 
 * the hand-written target forward equals transformers' logits (and Target.forward's taps) through
   prefill, decode, verify and rollback;
@@ -18,9 +18,9 @@ from helpers import random_drafter, tiny_target
 from peagle_lab.compat import IncompatibleDrafter
 from peagle_lab.checkpoint import load_drafter
 from peagle_lab.drafters_registry import shipped
-from peagle_lab.engine import generate
-from peagle_lab.fast import StaticTarget, generate_fast, memory_floor_ms
-from peagle_lab.fast import engine as fast_engine_mod
+from peagle_lab.engines.teaching import generate
+from peagle_lab.engines.fast import FastConfig, StaticTarget, generate_fast, memory_floor_ms
+from peagle_lab.engines.fast import engine as fast_engine_mod
 
 MAX_LEN = 512
 NEW = 32
@@ -107,17 +107,17 @@ def test_fast_speculative_second_prompt(target, mtbench_ids, ar_refs, shipped_dr
 def test_fast_every_accept_count(target, mtbench_ids, ar_refs, shipped_drafters, monkeypatch):
     """An oracle-assisted drafter makes every accepted count 0..K occur, all-accepted included."""
     ids, ref, k = mtbench_ids[0], ar_refs[0], 4
-    real = fast_engine_mod.draft_static
+    real = fast_engine_mod.STATIC_DRAFTERS["peagle"]
     rng = torch.Generator().manual_seed(0)
 
-    def assisted(drafter, cache, ctx_tok, ctx_aux, ctx_n, d_len, k, parallel):
-        real(drafter, cache, ctx_tok, ctx_aux, ctx_n, d_len, k, parallel)   # the drafter's state moves as usual
+    def assisted(drafter, cache, ctx_tok, ctx_aux, ctx_n, d_len, k):
+        real(drafter, cache, ctx_tok, ctx_aux, ctx_n, d_len, k)             # the drafter's state moves as usual
         g = int(d_len) - len(ids) + 1                                        # tokens generated so far
         truth = (ref + [0] * 64)[g: g + k]
         cut = int(torch.randint(0, k + 1, (1,), generator=rng))
         return torch.tensor(truth[:cut] + [(t + 1) % target.vocab_size for t in truth[cut:]], device=target.device)
 
-    monkeypatch.setattr(fast_engine_mod, "draft_static", assisted)
+    monkeypatch.setitem(fast_engine_mod.STATIC_DRAFTERS, "peagle", assisted)
     monkeypatch.setattr(fast_engine_mod, "_ENGINES", fast_engine_mod.weakref.WeakKeyDictionary())
     out = generate_fast(target, ids, method="peagle", drafter=shipped_drafters["peagle"], k=k, max_new_tokens=NEW,
                         max_len=MAX_LEN, capture=False)
@@ -166,7 +166,7 @@ def test_fast_random_drafters_float64():
 def test_bucketed_prompt_pass_equals_ar(target, mtbench_ids, ar_refs, shipped_drafters, method):
     """The prompt's pass padded to its bucket (what CUDA captures per bucket; eager here): the same tokens as AR and
     the teaching engine's acceptance, for a second prompt whose bucket still holds the first one's padding."""
-    from peagle_lab.fast.engine import PROMPT_BUCKET
+    from peagle_lab.engines.fast.config import PROMPT_BUCKET
     for ids, ref in zip(mtbench_ids[:2], ar_refs):
         assert len(ids) % PROMPT_BUCKET                                     # a padded tail to ignore
         out = generate_fast(target, ids, method=method, drafter=shipped_drafters[method], k=3, max_new_tokens=NEW,
@@ -181,7 +181,7 @@ def test_bucketed_prompt_pass_equals_ar(target, mtbench_ids, ar_refs, shipped_dr
 def test_bucketed_prompt_pass_at_bucket_edges():
     """Prompts of 1, 63, 64 and 65 tokens (a bucket's edges), float64, random drafters: AR token for token, the
     teaching engine's acceptance, each bucket's step built once and reused."""
-    from peagle_lab.fast import engine as fe
+    from peagle_lab.engines.fast import engine as fe
     tiny = tiny_target(vocab=50, head_dim=8)
     tiny.model.double()
     g = torch.Generator().manual_seed(1)
@@ -219,7 +219,7 @@ def test_graph_replay_equals_eager(target, mtbench_ids, shipped_drafters, method
     eager = generate_fast(target, mtbench_ids[0], capture=False, **kw)
     assert graphed.stats["graphs"] is True, graphed.stats["graph_note"]
     assert graphed.tokens == eager.tokens                   # eager: capture=False, so the prompt's pass unpadded too
-    from peagle_lab.fast import engine as fe
+    from peagle_lab.engines.fast import engine as fe
     bucketed = [e for e in fe._ENGINES[target].values() if e.prompt_graphs and e.method == method]
     assert bucketed and all(g.captured for e in bucketed for g in e._prompt_steps.values())
     if method != "ar":
@@ -230,14 +230,14 @@ def test_graph_replay_equals_eager(target, mtbench_ids, shipped_drafters, method
 def test_prompt_buckets_share_one_pool(target, mtbench_ids, shipped_drafters):
     """Every bucket's graph of an engine is captured into one memory pool; a bucket replayed after a larger bucket's
     capture (which may reuse the same memory for its temporaries) still gives the eager engine's tokens."""
-    from peagle_lab.fast import engine as fe
+    from peagle_lab.engines.fast import engine as fe
     ids = [tok for p in mtbench_ids for tok in p]
     short, long = ids[:40], ids[:150]                                       # buckets of 64 and 192 tokens
     kw = dict(method="peagle", drafter=shipped_drafters["peagle"], k=4, max_new_tokens=NEW, max_len=MAX_LEN)
     for prompt in (short, long, short):                                     # eager over the same padded buckets
         eager = generate_fast(target, prompt, capture=False, prompt_graphs=True, **kw)
         assert generate_fast(target, prompt, **kw).tokens == eager.tokens
-    engine = fe.fast_engine(target, "peagle", shipped_drafters["peagle"], 4, MAX_LEN)     # the one generate_fast used
+    engine = fe.fast_engine(target, "peagle", shipped_drafters["peagle"], 4, FastConfig(max_len=MAX_LEN))  # generate_fast's
     assert engine.prompt_graphs and sorted(engine._prompt_steps) == [64, 192]
     assert all(g.captured for g in engine._prompt_steps.values())
     assert len({g.graph.pool() for g in engine._prompt_steps.values()}) == 1
@@ -245,7 +245,7 @@ def test_prompt_buckets_share_one_pool(target, mtbench_ids, shipped_drafters):
 
 @cuda_only
 def test_launch_floor_measured():
-    from peagle_lab.fast import launch_floor_us
+    from peagle_lab.engines.fast import launch_floor_us
     assert 0 < launch_floor_us(reps=200) < 1000
 
 
@@ -253,6 +253,7 @@ def test_bench_fast_engine_rows(target, monkeypatch):
     """`bench --engine fast`: rows say which engine ran, carry a per-step split, and stay identical to AR;
     with keep_going a failing configuration records its error and the others run on."""
     from peagle_lab import bench
+    from peagle_lab.bench import BenchSpec
 
     assert bench.resolve_engine("auto", "cpu") == "teaching" and bench.resolve_engine("auto", "cuda:0") == "fast"
     if not torch.cuda.is_available():
@@ -265,8 +266,9 @@ def test_bench_fast_engine_rows(target, monkeypatch):
         return real(target, ids, method=method, **kw)
 
     monkeypatch.setattr(bench, "generate_fast", flaky)
-    out = bench.run_bench(methods=["ar", "eagle", "peagle"], ks=[2], prompts="mt-bench", num_prompts=2, max_new_tokens=4,
-                          target=target, progress=False, engine="fast", keep_going=True)
+    out = bench.run_bench(BenchSpec(methods=["ar", "eagle", "peagle"], ks=[2], prompts="mt-bench", num_prompts=2,
+                                    max_new_tokens=4, engine="fast", keep_going=True),
+                          target=target, progress=False)
     rows = {r["method"]: r for r in out["results"]}
     assert {r["engine"] for r in rows.values()} == {"fast"} and out["settings"]["engine"] == "fast"
     assert rows["peagle"]["identical_to_ar"] is True and rows["peagle"]["new_tokens"] == 8
@@ -276,9 +278,11 @@ def test_bench_fast_engine_rows(target, monkeypatch):
     assert all(split[key] >= 0 for key in ("verify", "draft", "host"))
     assert rows["ar"]["step_split_ms"]["steps"] == 8 and rows["ar"]["step_split_ms"]["verify"] > 0
     assert rows["ar"]["num_prompts"] == 2
-    short = bench.run_bench(methods=["ar"], ks=[2], prompts="mt-bench", num_prompts=2, max_new_tokens=2, target=target,
-                            progress=False, engine="fast", time_budget_s=0)
+    short = bench.run_bench(BenchSpec(methods=["ar"], ks=[2], prompts="mt-bench", num_prompts=2, max_new_tokens=2,
+                                      engine="fast", time_budget_s=0),
+                            target=target, progress=False)
     assert short["results"][0]["num_prompts"] == 1                         # the first round always runs
     with pytest.raises(RuntimeError, match="boom"):
-        bench.run_bench(methods=["eagle"], ks=[2], prompts="mt-bench", num_prompts=1, max_new_tokens=2, target=target,
-                        progress=False, engine="fast")
+        bench.run_bench(BenchSpec(methods=["eagle"], ks=[2], prompts="mt-bench", num_prompts=1, max_new_tokens=2,
+                                  engine="fast"),
+                        target=target, progress=False)

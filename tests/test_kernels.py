@@ -97,7 +97,7 @@ def test_bad_k_is_refused():
 def test_batched_parallel_drafting_equals_each_request_alone(target):
     """Kernel + scatter + torch.where + one packed drafter pass == draft_parallel per request."""
     from helpers import random_drafter
-    from peagle_lab.drafting import draft_parallel
+    from peagle_lab.engines.drafting import draft_parallel
     from peagle_lab.kernels.batched import draft_parallel_batched
 
     drafter = random_drafter(target, parallel=True, num_layers=2, draft_vocab_size=4096, seed=7)

@@ -20,6 +20,8 @@ FORBIDDEN = {
     "CI talk": r"\bCI\b|PEAGLE_SMOKE",
     "a date": r"\b20\d\d-\d\d-\d\d\b|\b(Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)[a-z]* 20\d\d\b",
     "this machine": r"\bthis (CPU|machine|VM)\b|\b\d-core\b|project's (CPU|GPU|machine)",
+    "a diary": r"\bearlier pair\b|\brun \d\b|\bwindow\b|\bborrowed H200\b|\b(before|after) the fix\b|"
+               r"before -> now|(?<!Restart )\bsession\b|\battempt\b",
 }
 
 
@@ -27,11 +29,36 @@ def markdown(path: Path) -> list[str]:
     return ["".join(c["source"]) for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "markdown"]
 
 
+def text(path: Path) -> list[str]:
+    """Every cell: code cells print what a learner reads too."""
+    return ["".join(c["source"]) for c in json.loads(path.read_text())["cells"]]
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_markdown_has_no_lab_log_words(path):
     found = [(what, m.group(0)) for text in markdown(path) for what, pattern in FORBIDDEN.items()
              for m in re.finditer(pattern, text)]
     assert not found, f"{path.name}: {found}"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_no_diary_words_in_any_cell(path):
+    found = [m.group(0) for t in text(path) for m in re.finditer(FORBIDDEN["a diary"], t, flags=re.I)]
+    assert not found, f"{path.name}: {found}"
+
+
+@pytest.mark.parametrize("name", ["01", "02", "03", "04"])
+def test_each_of_01_to_04_has_a_checked_exercise_with_a_stub(name):
+    cells = text(next(p for p in NOTEBOOKS if p.name.startswith(name)))
+    ex = [t for t in cells if "ex.check_" in t]
+    assert ex and any("raise NotImplementedError" in t and "solution_if_asked" in t for t in ex), name
+
+
+def test_02_predicts_beside_a_measurement_and_the_paper_is_cited():
+    cells = text(ROOT / "notebooks" / "02_parallel_drafting.ipynb")
+    assert any("costmodel" in t and "measured" in t and "predicted" in t for t in cells)
+    assert any("2602.01469" in t for t in markdown(ROOT / "notebooks" / "02_parallel_drafting.ipynb")), \
+        "02 must cite the P-EAGLE paper (arXiv 2602.01469)"
 
 
 def _first(cells: list[str], pattern: str) -> int:

@@ -207,8 +207,9 @@ def test_cli_resume_on_other_data_is_refused_and_coverage_is_the_trained_vocabul
     data_a, data_b = _shards(tmp_path / "a", _samples(0)), _shards(tmp_path / "b", _samples(25))
     run = tmp_path / "run"
     argv = ["train", "--out", str(run), "--method", "peagle", "--num-layers", "1", "--draft-vocab-size", "16",
-            "--max-depth", "2", "--steps", "4", "--batch-size", "3", "--max-len", "30", "--warmup-steps", "1",
-            "--checkpoint-every", "2", "--export-dtype", "float32", "--layout", "padded", "--device", "cpu"]
+            "--steps", "4", "--batch-size", "3", "--max-len", "30", "--device", "cpu", "--set", "max_depth=2",
+            "--set", "warmup_steps=1", "--set", "checkpoint_every=2", "--set", "export_dtype=float32",
+            "--set", "layout=padded"]
     assert main(argv + ["--data", str(data_a), "--stop-after", "2"]) == 0
     before = (run / "checkpoint.pt").read_bytes()
     capsys.readouterr()

@@ -9,7 +9,7 @@ from safetensors.torch import load_file
 from helpers import tiny_target
 from peagle_lab.checkpoint import load_drafter, save_drafter
 from peagle_lab.drafter import DrafterConfig, init_drafter, unused_token_id
-from peagle_lab.drafting import draft_parallel
+from peagle_lab.engines.drafting import draft_parallel
 from peagle_lab.materialise import FINGERPRINT_KEY, embedding_fingerprint, materialise_for_vllm, needs_materialising
 from peagle_lab.train.data import load_samples, regenerate_conversations
 from peagle_lab.train.loss import SeqData
@@ -241,19 +241,17 @@ def test_learned_mask_row_conversion_keeps_the_drafts_and_trains_the_row(target,
 
 
 def test_train_init_from_learns_the_mask_row_unless_frozen(target):
-    from argparse import Namespace
-
-    from peagle_lab.cli import _init_drafter
     from peagle_lab.drafters_registry import shipped
+    from peagle_lab.train.config import TrainConfig
+    from peagle_lab.train.setup import init_drafter
 
     marks = []
-    args = Namespace(init_from=str(shipped()["peagle-smollm2"]), method="peagle", frozen_mask_embedding=False,
-                     mask_token_id=None)
-    init, shape = _init_drafter(args, target, marks.append)
+    path, cfg = str(shipped()["peagle-smollm2"]), TrainConfig(method="peagle")
+    init, shape = init_drafter(path, cfg, target, marks.append)
     assert init.mask_embedding is not None and init.cfg.mask_token_id == 16
     assert shape["num_layers"] == init.cfg.num_layers and "mask token 0 -> 16" in marks[0]
-    kept, _ = _init_drafter(Namespace(**{**vars(args), "frozen_mask_embedding": True}), target, marks.append)
+    kept, _ = init_drafter(path, TrainConfig(method="peagle", learn_mask_embedding=False), target, marks.append)
     assert kept.mask_embedding is None and kept.cfg.mask_token_id == 0
-    with pytest.raises(SystemExit, match="pass --method peagle"):
-        _init_drafter(Namespace(**{**vars(args), "method": "eagle"}), target, marks.append)
-    assert _init_drafter(Namespace(**{**vars(args), "init_from": None}), target, marks.append) == (None, {})
+    with pytest.raises(ValueError, match="pass --method peagle"):
+        init_drafter(path, TrainConfig(method="eagle"), target, marks.append)
+    assert init_drafter(None, cfg, target, marks.append) == (None, {})

@@ -12,8 +12,8 @@ import torch
 from scipy.stats import chisquare
 
 from helpers import random_drafter, tiny_target
-from peagle_lab import engine, verify
-from peagle_lab.engine import generate
+from peagle_lab.engines import teaching, verify
+from peagle_lab.engines.teaching import generate
 from peagle_lab.sampling import probs_from_logits, sample
 
 PROMPT = [1, 5, 2]
@@ -73,7 +73,7 @@ def test_wrong_verifier_is_caught(tiny, monkeypatch):
         k = draft_tokens.shape[0]
         return k, int(torch.multinomial(target_probs[k], 1, generator=generator))
 
-    monkeypatch.setattr(engine, "verify_sampling", accept_all)
+    monkeypatch.setattr(teaching, "verify_sampling", accept_all)
     drafter = random_drafter(tiny, parallel=True, num_layers=2, seed=5, scale=60.0)
     assert chi2_pvalue(tiny, drafter, "peagle", n=1500)[0] < 1e-6
 

@@ -88,7 +88,7 @@ def test_real_vllm_is_lossless_and_agrees_with_teaching_engine(target, mtbench_i
     from peagle_lab.assets import smollm2_dir
     from peagle_lab.checkpoint import load_drafter
     from peagle_lab.drafters_registry import drafter_for, shipped
-    from peagle_lab.engine import generate
+    from peagle_lab.engines.teaching import generate
     from peagle_lab.stats import AcceptanceStats
 
     k, n_tokens = 3, 24

@@ -6,6 +6,8 @@ import torch
 from transformers import AutoModelForCausalLM, LlamaConfig, Qwen3Config
 
 from peagle_lab import assets, kvcache
+from peagle_lab.bench import hf_generate
+from peagle_lab.engines.teaching import generate
 from peagle_lab.target import Target, default_aux_layer_ids
 
 ATOL = 2e-4  # float32 logits of a 30-layer model, incremental vs full recompute
@@ -53,8 +55,9 @@ def test_aux_taps_equal_output_hidden_states(target, mtbench_ids):
 def test_greedy_ar_equals_transformers_generate(target, mtbench_ids):
     for ids in mtbench_ids[:2]:
         ours = target.generate(ids, 48)
-        theirs = target.hf_generate(ids, 48)
+        theirs = hf_generate(target, ids, 48)
         assert ours.tokens == theirs.tokens
+        assert generate(target, ids, method="ar", max_new_tokens=48).tokens == ours.tokens   # the engines' K = 0
         assert len(ours.tokens) > 0
 
 
@@ -69,7 +72,8 @@ def _nucleus(logits: torch.Tensor, temperature: float, top_p: float, slack: floa
 
 def _sampled(tgt, prompt: list[int], n: int, temperature: float, top_p: float, seed: int):
     """(tokens, logits per step): the sampled reply, and each step's logits from one full forward pass (no cache)."""
-    out = tgt.generate(prompt, n, temperature=temperature, top_p=top_p, seed=seed, stop_at_eos=False)
+    out = generate(tgt, prompt, method="ar", max_new_tokens=n, temperature=temperature, top_p=top_p, seed=seed,
+                   stop_at_eos=False)
     ids = torch.tensor(prompt + out.tokens[:-1], device=tgt.device)
     with torch.inference_mode():
         logits = tgt.model(ids[None]).logits[0, len(prompt) - 1:].float().cpu()
@@ -77,8 +81,8 @@ def _sampled(tgt, prompt: list[int], n: int, temperature: float, top_p: float, s
 
 
 def test_sampling_is_seeded_and_respects_top_p(target, mtbench_ids):
-    a = target.generate(mtbench_ids[0], 16, temperature=0.8, top_p=0.9, seed=3)
-    b = target.generate(mtbench_ids[0], 16, temperature=0.8, top_p=0.9, seed=3)
+    a, b = (generate(target, mtbench_ids[0], method="ar", max_new_tokens=16, temperature=0.8, top_p=0.9, seed=3)
+            for _ in range(2))
     assert a.tokens == b.tokens
     for seed in (3, 4):                                   # the real target: every token inside its step's nucleus
         tokens, logits = _sampled(target, mtbench_ids[0], 16, 0.8, 0.5, seed)

@@ -11,7 +11,7 @@ import torch
 
 from peagle_lab.checkpoint import load_drafter
 from peagle_lab.drafters_registry import shipped
-from peagle_lab.engine import generate
+from peagle_lab.engines.teaching import generate
 from peagle_lab.train.cod import Elements
 from peagle_lab.train.data import Sample
 from peagle_lab.train.features import target_batch

@@ -295,7 +295,7 @@ def test_target_batch_bf16_flag_changes_nothing_off_cuda():
 @pytest.mark.parametrize("method", ["peagle", "eagle"])
 def test_validation_al_at_checkpoints_equals_the_engines(tmp_path, method):
     """The AL the trainer logs at a checkpoint (replayed) is the engine's AL for the drafter of that step."""
-    from peagle_lab.engine import generate
+    from peagle_lab.engines.teaching import generate
     from peagle_lab.stats import AcceptanceStats
     from peagle_lab.evaluate import greedy_replies
 

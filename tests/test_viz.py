@@ -4,7 +4,8 @@ from html.parser import HTMLParser
 import pytest
 
 from helpers import random_drafter, tiny_target
-from peagle_lab.engine import SpecResult, Step, generate
+from peagle_lab.engines.frame import SpecResult, Step
+from peagle_lab.engines.teaching import generate
 from peagle_lab.viz import acceptance_explorer, acceptance_figure, step_explorer, step_html, step_view
 
 

@@ -129,15 +129,15 @@ def test_dry_run_builds_the_exact_commands_for_hugging_face_ids(capsys):
     from peagle_lab.cli import main
 
     assert main(["vllm-bench", "--dry-run", "--methods", "ar,eagle,peagle", "--k", "3,7",
-                 "--target", "openai/gpt-oss-20b", "--eagle-drafter", "someone/gpt-oss-20b-eagle3",
-                 "--peagle-drafter", "amazon/gpt-oss-20b-p-eagle", "--dtype", "auto", "--compile",
+                 "--target", "openai/gpt-oss-20b", "--drafter", "eagle=someone/gpt-oss-20b-eagle3",
+                 "--drafter", "peagle=amazon/gpt-oss-20b-p-eagle", "--dtype", "auto", "--no-enforce-eager",
                  "--max-model-len", "4096", "--gpu-memory-utilization", "0.85", "--device", "cpu"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     cmds = [shlex.split(line) for line in lines]
     base = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", "openai/gpt-oss-20b",
             "--host", "127.0.0.1", "--port", "8000", "--dtype", "auto", "--max-model-len", "4096",
             "--gpu-memory-utilization", "0.85", "--disable-uvicorn-access-log"]
-    assert cmds[0] == base                                      # no speculation, no --enforce-eager (--compile)
+    assert cmds[0] == base                                      # no speculation, no --enforce-eager (--no-enforce-eager)
     specs = [(c[:-2], c[-2], c[-1]) for c in cmds[1:]]
     assert all(head == base and flag == "--speculative-config" for head, flag, _ in specs)
     assert [s for _, _, s in specs] == [
@@ -171,7 +171,7 @@ def test_serving_defaults_come_from_the_device(device, expect, capsys):
     P-EAGLE is swept, so the methods share one model runner); given flags win. Dry run: nothing starts."""
     from peagle_lab.cli import main
 
-    hub = ["--target", "openai/gpt-oss-20b", "--peagle-drafter", "amazon/gpt-oss-20b-p-eagle"]
+    hub = ["--target", "openai/gpt-oss-20b", "--drafter", "peagle=amazon/gpt-oss-20b-p-eagle"]
     assert main(["vllm-bench", "--dry-run", "--methods", "ar,peagle", "--k", "3", "--device", device] + hub) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert len(lines) == 2
@@ -181,7 +181,7 @@ def test_serving_defaults_come_from_the_device(device, expect, capsys):
     assert all(("--enforce-eager" in line) == expect["eager"] for line in lines)
     # flags given on the command line win over the device's choice
     assert main(["vllm-bench", "--dry-run", "--methods", "ar,peagle", "--k", "3", "--device", device,
-                 "--model-runner", "auto", "--dtype", "float16", "--no-compile"] + hub) == 0
+                 "--model-runner", "auto", "--dtype", "float16", "--enforce-eager"] + hub) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert all("VLLM_USE_V2" not in line and "--dtype float16" in line and "--enforce-eager" in line
                for line in lines)

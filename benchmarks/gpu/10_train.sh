@@ -14,7 +14,7 @@
 # Batches grouped by length (1.5x supervised elements/s on the H200: results/train_step_grouped_h200.json).
 # Carry: parts/gguf.part-02 (parts/wheels parked by 06_park.sh)
 set -uxo pipefail
-export PEAGLE_GGUF=/tmp/pk/SmolLM2-135M-Instruct.Q4_1.gguf PEAGLE_CACHE=/tmp/pk/cache PYTHONPATH=. PYTHONUNBUFFERED=1
+export PEAGLE_GGUF=${PEAGLE_GGUF:-/tmp/pk/SmolLM2-135M-Instruct.Q4_1.gguf} PEAGLE_CACHE=${PEAGLE_CACHE:-/tmp/pk/cache} PYTHONPATH=. PYTHONUNBUFFERED=1
 bash benchmarks/gpu/install_wheels.sh
 bash benchmarks/gpu/join_gguf.sh || exit 1
 python -c "from peagle_lab.assets import resolve_target; print(resolve_target(None))" 2>&1 | tail -n 1
@@ -26,11 +26,11 @@ echo "$RUNS" > /tmp/pk/runs.txt
 cd /tmp/pk/code
 for r in $RUNS; do
   IFS=: read -r name method layers mlp vd <<< "$r"
-  vocab="--draft-vocab-size $vd"; [ "$vd" = shared ] && vocab="--share-lm-head"
+  vocab="--draft-vocab-size $vd"; [ "$vd" = shared ] && vocab="--set share_lm_head=true"
   OMP_NUM_THREADS=4 setsid nohup python -m peagle_lab train --method "$method" --num-layers "$layers" \
-    --intermediate-size "$mlp" $vocab --group-by-length --out "/tmp/pk/run-$name" --export "/tmp/pk/$name" \
-    --data /tmp/pk/mix --device cuda --max-depth 8 --batch-size ${BATCH:-32} --max-len 768 --steps 100000 \
-    --warmup-steps 100 --lr ${LR:-1e-3} --checkpoint-every 200 --max-minutes ${TRAIN_MINUTES:-13} --val-prompts ${VAL_PROMPTS:-10} \
+    --set intermediate_size="$mlp" $vocab --set group_by_length=true --out "/tmp/pk/run-$name" --export "/tmp/pk/$name" \
+    --data /tmp/pk/mix --device cuda --set max_depth=8 --batch-size ${BATCH:-32} --max-len 768 --steps 100000 \
+    --set warmup_steps=100 --lr ${LR:-1e-3} --set checkpoint_every=200 --max-minutes ${TRAIN_MINUTES:-13} --val-prompts ${VAL_PROMPTS:-10} \
     > "/tmp/pk/train-$name.log" 2>&1 < /dev/null &
 done
 cd - >/dev/null

@@ -4,7 +4,7 @@
 # shipped pair on 40 MT-Bench prompts spread over the set (every category) at K=7 with the target and drafters on the GPU.
 # Carry: parts/gguf.part-02 (parts/wheels parked by 06_park.sh)
 set -uxo pipefail
-export PEAGLE_GGUF=/tmp/pk/SmolLM2-135M-Instruct.Q4_1.gguf PEAGLE_CACHE=/tmp/pk/cache PYTHONPATH=. PYTHONUNBUFFERED=1
+export PEAGLE_GGUF=${PEAGLE_GGUF:-/tmp/pk/SmolLM2-135M-Instruct.Q4_1.gguf} PEAGLE_CACHE=${PEAGLE_CACHE:-/tmp/pk/cache} PYTHONPATH=. PYTHONUNBUFFERED=1
 bash benchmarks/gpu/install_wheels.sh
 bash benchmarks/gpu/join_gguf.sh || exit 1
 python -c "from peagle_lab.assets import resolve_target; print(resolve_target(None))" 2>&1 | tail -n 1

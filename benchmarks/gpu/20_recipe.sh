@@ -18,7 +18,7 @@
 #   ARMS="name|method|data|flags"  data: all (greedy + both sampled) or greedy. An arm's flags come last, so they
 #   override the shared ones (--lr 3e-4 --init-from peagle_lab/drafters/peagle-smollm2: a fine-tuning arm).
 set -uxo pipefail
-export PEAGLE_GGUF=/tmp/pk/SmolLM2-135M-Instruct.Q4_1.gguf PEAGLE_CACHE=/tmp/pk/cache PYTHONPATH=. PYTHONUNBUFFERED=1
+export PEAGLE_GGUF=${PEAGLE_GGUF:-/tmp/pk/SmolLM2-135M-Instruct.Q4_1.gguf} PEAGLE_CACHE=${PEAGLE_CACHE:-/tmp/pk/cache} PYTHONPATH=. PYTHONUNBUFFERED=1
 bash benchmarks/gpu/install_wheels.sh
 bash benchmarks/gpu/join_gguf.sh || exit 1
 python -c "from peagle_lab.assets import resolve_target; print(resolve_target(None))" 2>&1 | tail -n 1
@@ -27,13 +27,13 @@ rm -rf /tmp/pk/code && mkdir -p /tmp/pk/code && cp -r peagle_lab /tmp/pk/code/
 # DATA_TGZ=benchmarks/gpu/data/recipe_greedy_4119.tgz REGEN_SECONDS=0: train on data regenerated earlier (folders
 # data/greedy, gB, gC, gD of greedy multi-turn replies), no regeneration; "greedy" arms then see data/greedy alone.
 [ -n "${DATA_TGZ:-}" ] && tar xzf "$DATA_TGZ" -C /tmp/pk
-P="--num-layers 4 --intermediate-size 384 --share-lm-head --max-depth 8 --cod-ratio 0.8"
-ARMS=${ARMS:-"peagleR|peagle|all|$P --hidden-noise 0.05
-peagleM0|peagle|all|$P --hidden-noise 0.05 --mask-token-id 0 --frozen-mask-embedding
-peagleF16|peagle|all|$P --hidden-noise 0.05 --frozen-mask-embedding
+P="--num-layers 4 --set intermediate_size=384 --set share_lm_head=true --set max_depth=8 --set cod_ratio=0.8"
+ARMS=${ARMS:-"peagleR|peagle|all|$P --set hidden_noise=0.05
+peagleM0|peagle|all|$P --set hidden_noise=0.05 --set mask_token_id=0 --set learn_mask_embedding=false
+peagleF16|peagle|all|$P --set hidden_noise=0.05 --set learn_mask_embedding=false
 peagleN0|peagle|all|$P
-peagleX1|peagle|greedy|$P --hidden-noise 0.05
-eagleR|eagle|all|--num-layers 1 --intermediate-size 1536 --share-lm-head --max-depth 8 --hidden-noise 0.05"}
+peagleX1|peagle|greedy|$P --set hidden_noise=0.05
+eagleR|eagle|all|--num-layers 1 --set intermediate_size=1536 --set share_lm_head=true --set max_depth=8 --set hidden_noise=0.05"}
 echo "$ARMS" | cut -d'|' -f1 > /tmp/pk/runs.txt
 cat > /tmp/pk/chain.sh <<CHAIN
 set -x
@@ -66,9 +66,9 @@ cat /tmp/pk/data_stats.json
 CHAIN
 echo "$ARMS" | while IFS='|' read -r name method data flags; do
   cat >> /tmp/pk/chain.sh <<CHAIN
-OMP_NUM_THREADS=2 python -m peagle_lab train --method $method --group-by-length --data /tmp/pk/mix/$data \
+OMP_NUM_THREADS=2 python -m peagle_lab train --method $method --set group_by_length=true --data /tmp/pk/mix/$data \
   --out /tmp/pk/run-$name --export /tmp/pk/$name --device cuda --batch-size ${BATCH:-32} --max-len 1024 --steps 100000 \
-  --warmup-steps 100 --lr ${LR:-1e-3} --checkpoint-every ${CKPT:-300} --max-minutes ${TRAIN_MINUTES:-12} --val-prompts 10 \
+  --set warmup_steps=100 --lr ${LR:-1e-3} --set checkpoint_every=${CKPT:-300} --max-minutes ${TRAIN_MINUTES:-12} --val-prompts 10 \
   $flags > /tmp/pk/train-$name.log 2>&1 < /dev/null &
 CHAIN
 done

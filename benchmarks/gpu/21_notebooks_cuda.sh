@@ -9,7 +9,7 @@
 # Writes $OUT/notebooks_cuda_h200.log (install, versions, pytest -v with --durations=0), a junit XML per notebook and
 # the executed notebooks (.tgz). NB_SECONDS: start no notebook after it; NB_TIMEOUT bounds each; PEAGLE_GPU_* shrink 02's live CUDA benchmark.
 set -uxo pipefail
-export PEAGLE_GGUF=/tmp/pk/SmolLM2-135M-Instruct.Q4_1.gguf PEAGLE_CACHE=/tmp/nbcache PYTHONUNBUFFERED=1
+export PEAGLE_GGUF=${PEAGLE_GGUF:-/tmp/pk/SmolLM2-135M-Instruct.Q4_1.gguf} PEAGLE_CACHE=${PEAGLE_CACHE:-/tmp/nbcache} PYTHONUNBUFFERED=1
 NBW=/tmp/pk/nbwheels; [ -d "$NBW" ] || NBW=parts/nbwheels
 NBW=$(cd "$NBW" && pwd)
 # Absolute: nbmake starts each kernel in notebooks/, so PYTHONPATH=. would miss peagle_lab (and the notebooks'

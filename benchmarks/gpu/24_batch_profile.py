@@ -16,7 +16,7 @@ import time
 
 import torch
 
-from peagle_lab.batch_engine import generate_batch
+from peagle_lab.engines.batched import generate_batch
 from peagle_lab.bench import resolve_drafter
 from peagle_lab.checkpoint import load_drafter
 from peagle_lab.device import DTYPES, resolve_device

@@ -84,8 +84,8 @@ tar xzf benchmarks/gpu/data/recipe_greedy_4119.tgz -C "$W" && mkdir -p "$W/mix"
 for d in greedy gC gD; do for f in "$W"/data/$d/shard-*.pt; do b=$(basename "$f"); ln -sf "$f" "$W/mix/shard-$d-${b#shard-}"; done; done
 ls "$W/mix" | wc -l
 
-P="--method peagle --num-layers 4 --intermediate-size 384 --share-lm-head --max-depth 8 --cod-ratio 0.8 --hidden-noise 0.05"
-T="--group-by-length --data $W/mix --device $DEVICE --batch-size $BATCH --max-len $MAX_LEN --steps $STEPS --warmup-steps 100 --lr 1e-3 --checkpoint-every $HALF"
+P="--method peagle --num-layers 4 --set intermediate_size=384 --set share_lm_head=true --set max_depth=8 --set cod_ratio=0.8 --set hidden_noise=0.05"
+T="--set group_by_length=true --data $W/mix --device $DEVICE --batch-size $BATCH --max-len $MAX_LEN --steps $STEPS --set warmup_steps=100 --lr 1e-3 --set checkpoint_every=$HALF"
 ONE="python -m peagle_lab train $P $T --out $W/run-1gpu --export $W/export-1gpu"
 TWO="python -m torch.distributed.run --standalone --nproc-per-node 2 -m peagle_lab train $P $T --out $W/run-2proc --export $W/export-2proc"
 left() { echo $(( CALL_S - 15 - SECONDS )); }              # seconds left for a leg (15 s kept for the summary)

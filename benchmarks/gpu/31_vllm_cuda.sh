@@ -14,24 +14,7 @@ cp parts/vc.part-* /tmp/vp/ 2>/dev/null
 echo "parked: $(ls /tmp/vp | grep -c part) parts"
 [ "${PARK_ONLY:-0}" = 1 ] && exit 0
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 PEAGLE_GGUF=/tmp/vp/b/target.gguf PEAGLE_CACHE=/tmp/pcache
-if ! python -c "import vllm" 2>/dev/null; then
-  n=$(ls /tmp/vp | grep -c part); want=${PARTS:-15}
-  [ "$n" -ge "$want" ] || { echo "only $n of $want parts parked: park the missing ones first"; ls /tmp/vp; exit 1; }
-  t=$SECONDS
-  cat /tmp/vp/vc.part-* | tar xf - -C /tmp/vp || exit 1
-  python -m pip install -q --no-deps --no-index --disable-pip-version-check /tmp/vp/b/wheels/*.whl /tmp/vp/b/vw/*.whl \
-    || exit 1
-  SITE=$(python -c 'import sysconfig; print(sysconfig.get_paths()["platlib"])')
-  for z in /tmp/vp/b/vllm.tar.zst /tmp/vp/b/cut.tar.zst; do
-    python - "$z" "$SITE" <<'EOF' || exit 1
-import sys, tarfile, zstandard
-with open(sys.argv[1], "rb") as f, zstandard.ZstdDecompressor(max_window_size=1 << 27).stream_reader(f) as r:
-    tarfile.open(fileobj=r, mode="r|").extractall(sys.argv[2])
-EOF
-  done
-  python -c "import vllm, torch; print('vllm', vllm.__version__, 'torch', torch.__version__)" || exit 1
-  echo "installed in $((SECONDS - t)) s"
-fi
+source benchmarks/gpu/install_vllm_cuda.sh
 nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader
 # the sweep runs in its own session (setsid), so it outlives this call; each later call (within the machine's 30 s)
 # waits on it up to WAIT_S and brings back the summary so far

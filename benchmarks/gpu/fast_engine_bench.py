@@ -43,10 +43,11 @@ def write(path: str, data: dict) -> None:
 
 
 def graphs_report(target) -> list[dict]:
-    from peagle_lab.fast import engine as fe
+    from peagle_lab.engines.fast import engine as fe
     out = []
-    for (method, _, k, max_len, capture, compiled, *_, attention), eng in fe._ENGINES.get(target, {}).items():
-        out.append({"method": method, "k": k, "max_len": max_len, "attention": attention,
+    for (method, _, k, config), eng in fe._ENGINES.get(target, {}).items():
+        compiled = config.compile
+        out.append({"method": method, "k": k, "max_len": config.max_len, "attention": config.attention,
                     "prompt_graphs": sorted(eng._prompt_steps) if eng.prompt_graphs else None,
                     "verify_captured": eng.verify.captured,
                     "draft_captured": None if eng.draft is None else eng.draft.captured,
@@ -61,7 +62,7 @@ def ar_outputs(target, max_len: int, compile: bool | str, attention: str = "sdpa
                prompt_graphs: bool = False) -> list[list[int]]:
     """Greedy AR tokens of the first $AR_CHECK prompts: `pair` compares compiled with plain. The fused
     kernels round differently (bf16), so a near-tie may flip and the two engines' greedy texts part."""
-    from peagle_lab.fast import generate_fast
+    from peagle_lab.engines.fast import generate_fast
     from peagle_lab.prompts import load_prompts
 
     prompts = load_prompts("mt-bench", NUM_PROMPTS, spread=True)[:AR_CHECK]
@@ -70,7 +71,8 @@ def ar_outputs(target, max_len: int, compile: bool | str, attention: str = "sdpa
 
 
 def cmd_bench(args) -> dict:
-    from peagle_lab.bench import DTYPES, run_bench
+    from peagle_lab.bench import DTYPES, BenchSpec, run_bench
+    from peagle_lab.engines.fast import FastConfig
     from peagle_lab.target import Target
 
     t0 = time.time()
@@ -82,11 +84,11 @@ def cmd_bench(args) -> dict:
            f"{' prompt-graphs' if args.prompt_graphs else ''}")
     print(f"[{tag}] target loaded in {time.time() - t0:.1f} s; {METHODS} K={KS}, {NUM_PROMPTS} prompts x {MAX_NEW} tokens",
           flush=True)
-    result = run_bench(methods=METHODS, ks=KS, prompts="mt-bench", num_prompts=NUM_PROMPTS,
-                       spread=True, max_new_tokens=MAX_NEW, target=target, engine="fast", keep_going=True, compile=args.compile,
-                       attention=args.attention, prompt_graphs=args.prompt_graphs,
-                       time_budget_s=None if args.budget is None else args.budget - (time.time() - STARTED),
-                       progress=True)
+    result = run_bench(BenchSpec(methods=METHODS, ks=KS, prompts="mt-bench", num_prompts=NUM_PROMPTS, spread=True,
+                                 max_new_tokens=MAX_NEW, engine="fast", keep_going=True,
+                                 time_budget_s=None if args.budget is None else args.budget - (time.time() - STARTED)),
+                       FastConfig(compile=args.compile, attention=args.attention, prompt_graphs=args.prompt_graphs),
+                       target=target, progress=True)
     result["graphs"] = graphs_report(target)
     result["settings"]["cudnn_sdpa"] = torch.backends.cuda.cudnn_sdp_enabled()
     if AR_CHECK:

@@ -13,7 +13,7 @@ import time
 
 import torch
 
-from peagle_lab.bench import run_bench
+from peagle_lab.bench import BenchSpec, run_bench
 from peagle_lab.info import collect
 from peagle_lab.target import Target
 
@@ -23,9 +23,9 @@ ks = [int(k) for k in env.get("KS", "3,5,7").split(",")]
 eagle, peagle = env.get("EAGLE", "/tmp/pk/eagle-smollm2"), env.get("PEAGLE", "/tmp/pk/peagle-smollm2")
 t0 = time.time()
 target = Target.load(None, device="cuda")
-result = run_bench(methods=["ar", "hf", "eagle", "peagle"], ks=ks, prompts="mt-bench", num_prompts=n,
-                   max_new_tokens=m, target=target, eagle_drafter=eagle, peagle_drafter=peagle,
-                   engine="teaching")  # what this record measured; bench's auto picks the fast engine on CUDA
+result = run_bench(BenchSpec(methods=["ar", "hf", "eagle", "peagle"], ks=ks, prompts="mt-bench", num_prompts=n,
+                             max_new_tokens=m, engine="teaching", drafters={"eagle": eagle, "peagle": peagle}),
+                   target=target)  # what this record measured; bench's auto picks the fast engine on CUDA
 result.update(command=f"N={n} M={m} KS={env.get('KS', '3,5,7')} EAGLE={eagle} PEAGLE={peagle} "
                       "python benchmarks/gpu/gpu_bench.py",
               machine=torch.cuda.get_device_name(), date=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

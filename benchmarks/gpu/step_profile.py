@@ -152,15 +152,16 @@ def main() -> None:
     if not torch.cuda.is_available():
         raise SystemExit("step_profile.py measures CUDA kernels: run it on a machine with a CUDA GPU")
 
-    from peagle_lab.bench import _load_drafters
+    from peagle_lab.bench import BenchSpec, _load_drafters
     from peagle_lab.device import DTYPES
-    from peagle_lab.fast import engine as fe
-    from peagle_lab.fast.engine import fast_engine
-    from peagle_lab.fast.graphs import launch_floor_us
+    from peagle_lab.engines.fast import engine as fe
+    from peagle_lab.engines.fast import FastConfig
+    from peagle_lab.engines.fast.engine import fast_engine
+    from peagle_lab.engines.fast.graphs import launch_floor_us
     from peagle_lab.target import Target
 
     target = Target.load(None, dtype=DTYPES[args.dtype], device="cuda")
-    drafters = _load_drafters(("eagle", "peagle"), {"eagle": None, "peagle": None}, target, target_is_default=True)
+    drafters = _load_drafters(BenchSpec(methods=("eagle", "peagle")), target)
     prompt = target.chat_ids(PROMPT)
     # replays move the cache lengths forward by <= K+1 a call: room for warm-up, profile and replays
     max_len = -(-(len(prompt) + 64 + (args.k + 1) * (2 * args.reps + args.replays + 8)) // 64) * 64
@@ -187,8 +188,9 @@ def main() -> None:
             t0 = time.time()
             try:
                 with torch.inference_mode():                              # as generate_fast builds its engines
-                    eng = fast_engine(target, method, drafters.get(method), k, max_len, capture=True, compile=compile,
-                                      attention=attention, prompt_graphs="pgraph" in extras)
+                    eng = fast_engine(target, method, drafters.get(method), k,
+                                      FastConfig(max_len=max_len, capture=True, compile=compile, attention=attention,
+                                                 prompt_graphs="pgraph" in extras))
                     step = {"verify": eng.verify, "draft": eng.draft, "prefill": _Prefill(eng, prompt)}[step_name]
                     row["build_s"] = time.time() - t0
                     if step_name == "prefill":

@@ -7,7 +7,7 @@
 4. one drafter forward over the packed batch, attention kept inside each request;
 5. the drafts are read at ``new_token_indices`` (bonus slot + K-1 mask slots per request).
 
-The engine's single-request :func:`peagle_lab.drafting.draft_parallel` is the oracle: a batch of
+The engine's single-request :func:`peagle_lab.engines.drafting.draft_parallel` is the oracle: a batch of
 requests must draft exactly what each request drafts alone.
 """
 from __future__ import annotations

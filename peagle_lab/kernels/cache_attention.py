@@ -4,7 +4,7 @@ A step of the fast engine asks one KV head group for ``R = rep * T`` query rows 
 decode, K + 1 at verify; ``rep`` query heads share each KV head) against a cache of ``S`` slots of
 which only the first few hundred are live. ``F.scaled_dot_product_attention`` with a mask over the
 whole cache picks a tiled prefill kernel for this: on the H200 ~17 us per layer for 3 rows x 832
-slots, 42% of SmolLM2-135M's whole decode step (``benchmarks/results/step_profile_h200.json``).
+slots, 42% of SmolLM2-135M's whole decode step (``benchmarks/gpu/step_profile.py``, docs/fast-engine.md).
 
 This is the split-over-the-cache scheme of flash-decoding, in two small Triton kernels:
 

@@ -1,11 +1,15 @@
 """The training config: one dataclass, built once and never changed while training, with named presets.
 
-Its defaults are the command line's (``peagle-lab train`` reads them from here); the presets are the
-shipped recipe. This module imports no torch, so the command line can read the defaults cheaply.
+Its defaults are the command line's (``peagle-lab train`` reads them from here); ``PRESETS`` are the
+recipe of README's GPU section (``train --preset peagle|eagle``), and ``BOUNDS``/``CHOICES`` say what
+each setting accepts (``train --set KEY=VALUE`` and the flags check against them). This module imports
+no torch, so the command line can read it cheaply.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import math
+import typing
+from dataclasses import dataclass, fields, replace
 
 
 @dataclass
@@ -38,24 +42,92 @@ class TrainConfig:
 
     @classmethod
     def preset(cls, name: str, **overrides) -> "TrainConfig":
-        """The shipped recipe for ``name`` ("peagle" or "eagle"), with ``overrides`` on top.
+        """The recipe ``name`` ("peagle" or "eagle") of README's GPU section, with ``overrides`` on top.
 
-        Both presets share the target's lm_head, so ``draft_vocab_size`` must be the target's vocabulary
-        (the command line sets it; here pass it as an override).
-
-        >>> TrainConfig.preset("peagle", draft_vocab_size=49152).num_layers
-        4
-        >>> TrainConfig.preset("eagle").intermediate_size
-        1536
+        >>> TrainConfig.preset("peagle").num_layers, TrainConfig.preset("peagle", steps=10).steps
+        (4, 10)
+        >>> TrainConfig.preset("eagle").method
+        'eagle'
         """
         if name not in PRESETS:
             raise ValueError(f"unknown preset {name!r}; use one of {', '.join(PRESETS)}")
         return replace(cls(**PRESETS[name]), **overrides)
 
 
-# The recipe of the shipped drafters (see README's GPU recipe and docs/).
+# The GPU recipe (README): P-EAGLE with 4 layers, COD to depth 8 keeping 80% a depth, feature noise 0.05 and a
+# learned mask row; the EAGLE-3 baseline with one layer. Both: batches of 32 similar-length conversations and a
+# draft vocabulary of 8,192 tokens, 20,000 steps. Everything else is TrainConfig's default.
+_BOTH = dict(group_by_length=True, batch_size=32, draft_vocab_size=8192, steps=20000)
 PRESETS: dict[str, dict] = {
-    "peagle": dict(method="peagle", num_layers=4, intermediate_size=384, share_lm_head=True, max_depth=8,
-                   cod_ratio=0.8, hidden_noise=0.05, learn_mask_embedding=True),
-    "eagle": dict(method="eagle", num_layers=1, intermediate_size=1536, share_lm_head=True),
+    "peagle": dict(method="peagle", num_layers=4, cod_ratio=0.8, hidden_noise=0.05, **_BOTH),
+    "eagle": dict(method="eagle", num_layers=1, **_BOTH),
 }
+
+K_MAX = 128                             # the deepest draft a setting accepts (the shipped drafters train depth 8)
+
+# What each numeric setting accepts: (low, high, low end open); None: no bound on that side.
+BOUNDS: dict[str, tuple] = {
+    "num_layers": (1, None, False), "intermediate_size": (1, None, False), "draft_vocab_size": (1, None, False),
+    "max_depth": (1, K_MAX, False), "cod_ratio": (0, 1, False), "steps": (1, None, False),
+    "batch_size": (1, None, False), "max_len": (2, None, False), "num_segments": (1, None, False),
+    "lr": (0, None, True), "warmup_steps": (0, None, False), "weight_decay": (0, None, False),
+    "grad_clip": (0, None, True), "checkpoint_every": (1, None, False), "seed": (0, None, False),
+    "val_k": (1, K_MAX, False), "mask_token_id": (0, None, False), "hidden_noise": (0, None, False),
+}
+CHOICES: dict[str, tuple[str, ...]] = {"method": ("peagle", "eagle"), "layout": ("padded", "packed")}
+_TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
+
+
+def allowed(key: str, kind: type) -> str:
+    """What ``key`` accepts, in words: "a whole number in [1, 128]", "true or false", "peagle or eagle"."""
+    if key in CHOICES:
+        return " or ".join(CHOICES[key])
+    if kind is bool:
+        return "true or false"
+    if key in BOUNDS:
+        lo, hi, lo_open = BOUNDS[key]
+        word = "a whole number" if kind is int else "a number"
+        return f"{word} {'>' if lo_open else '>='} {lo}" if hi is None else \
+            f"{word} in {'(' if lo_open else '['}{lo}, {hi}]"
+    return "a word"
+
+
+def field_types(cls: type) -> dict[str, tuple[type, bool]]:
+    """``{field: (type, may be None)}`` of a dataclass with annotations like ``int | None``."""
+    hints = typing.get_type_hints(cls)
+    out = {}
+    for f in fields(cls):
+        args = [a for a in typing.get_args(hints[f.name]) or (hints[f.name],)]
+        out[f.name] = (next(a for a in args if a is not type(None)), type(None) in args)
+    return out
+
+
+def parse_value(key: str, text: str, kind: type, optional: bool = False):
+    """``text`` as the value of setting ``key`` of type ``kind``; ValueError naming what it accepts.
+
+    >>> parse_value("cod_ratio", "0.8", float), parse_value("group_by_length", "yes", bool)
+    (0.8, True)
+    >>> parse_value("max_depth", "0", int)
+    Traceback (most recent call last):
+    ...
+    ValueError: max_depth=0: expected a whole number in [1, 128]
+    """
+    want = allowed(key, kind) + (" (or none)" if optional else "")
+    if optional and text.lower() == "none":
+        return None
+    try:
+        if kind is bool:
+            if text.lower() not in _TRUE + _FALSE:
+                raise ValueError
+            value = text.lower() in _TRUE
+        else:
+            value = kind(text)
+    except ValueError:
+        raise ValueError(f"{key}={text}: expected {want}") from None
+    bad = key in CHOICES and value not in CHOICES[key]
+    if key in BOUNDS and not bad:
+        lo, hi, lo_open = BOUNDS[key]
+        bad = not math.isfinite(value) or value < lo or (lo_open and value == lo) or (hi is not None and value > hi)
+    if bad:
+        raise ValueError(f"{key}={text}: expected {want}")
+    return value

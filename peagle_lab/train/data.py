@@ -272,6 +272,16 @@ def _prompt_ids(target, prompt: str, max_tokens: int) -> list[int]:
     return ids
 
 
+def _claim(target, items: list, out_dir, engine, about: dict | None, bar: str, progress: bool, **settings):
+    """The output folder claimed for these settings and items (:func:`claim_output`) -> ``(folder, engine,
+    progress bar)``, the engine defaulting to :class:`TransformersEngine` on ``target``."""
+    out = Path(out_dir)
+    engine = engine or TransformersEngine(target, settings["batch_size"])
+    recorded = generation_settings(target, **settings, engine=engine.name, dtype=engine.dtype)
+    claim_output(out, recorded, shard_plan(items, settings["shard_size"]), about)
+    return out, engine, tqdm(total=len(items), desc=bar, disable=not progress)
+
+
 def regenerate(target, prompts: list[str], out_dir: str | os.PathLike, *, max_new_tokens: int = 256,
                max_prompt_tokens: int = 384, batch_size: int = 16, shard_size: int = 256,
                temperature: float = 0.0, seed: int = 0, progress: bool = True, about: dict | None = None,
@@ -282,14 +292,10 @@ def regenerate(target, prompts: list[str], out_dir: str | os.PathLike, *, max_ne
     ``engine`` writes the replies (default: :class:`TransformersEngine` on ``target``); with another engine
     ``target`` need only render prompts (``chat_ids``, ``eos_token_ids``; e.g.
     :class:`~peagle_lab.train.vllm_engine.ChatTokens`) and ``batch_size`` is only recorded."""
-    out = Path(out_dir)
-    engine = engine or TransformersEngine(target, batch_size)
-    settings = generation_settings(target, all_turns=False, max_new_tokens=max_new_tokens,
-                                   max_prompt_tokens=max_prompt_tokens, shard_size=shard_size, batch_size=batch_size,
-                                   temperature=temperature, seed=seed, engine=engine.name, dtype=engine.dtype)
-    claim_output(out, settings, shard_plan(prompts, shard_size), about)
+    out, engine, bar = _claim(target, prompts, out_dir, engine, about, "regenerating replies", progress,
+                              all_turns=False, max_new_tokens=max_new_tokens, max_prompt_tokens=max_prompt_tokens,
+                              shard_size=shard_size, batch_size=batch_size, temperature=temperature, seed=seed)
     paths = []
-    bar = tqdm(total=len(prompts), desc="regenerating replies", disable=not progress)
     for s_idx, start in enumerate(range(0, len(prompts), shard_size)):
         path = out / f"shard-{s_idx:05d}.pt"
         paths.append(path)
@@ -322,14 +328,10 @@ def regenerate_conversations(target, conversations: list[list[str]], out_dir: st
     turn it was on: a rerun reads the earlier turns' replies back and goes on from there -- only a rerun
     with the same settings and conversations (:func:`claim_output`), so no turn builds on another run's replies.
     ``engine``: as in :func:`regenerate` (``target`` then also needs ``chat_history_ids``)."""
-    out = Path(out_dir)
-    engine = engine or TransformersEngine(target, batch_size)
-    settings = generation_settings(target, all_turns=True, max_new_tokens=max_new_tokens,
-                                   max_prompt_tokens=max_context_tokens, shard_size=shard_size, batch_size=batch_size,
-                                   temperature=temperature, seed=seed, engine=engine.name, dtype=engine.dtype)
-    claim_output(out, settings, shard_plan(conversations, shard_size), about)
+    out, engine, bar = _claim(target, conversations, out_dir, engine, about, "regenerating conversations", progress,
+                              all_turns=True, max_new_tokens=max_new_tokens, max_prompt_tokens=max_context_tokens,
+                              shard_size=shard_size, batch_size=batch_size, temperature=temperature, seed=seed)
     paths = []
-    bar = tqdm(total=len(conversations), desc="regenerating conversations", disable=not progress)
     for s_idx, start in enumerate(range(0, len(conversations), shard_size)):
         chunk = conversations[start: start + shard_size]
         paths += _answer_turns(target, chunk, out, f"shard-{s_idx:05d}", max_new_tokens, max_context_tokens,

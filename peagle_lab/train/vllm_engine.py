@@ -128,6 +128,9 @@ class VLLMEngine:
 
     def _started(self):
         if self.llm is None:
+            # vLLM's engine process must not be forked from a process that has touched CUDA (ours may have,
+            # choosing the device): spawn it
+            os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
             from vllm import LLM
 
             start = time.perf_counter()

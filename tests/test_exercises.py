@@ -1,0 +1,130 @@
+"""Every check_* accepts the reference solution (notebooks/solutions/) and rejects a typical wrong
+answer with a hint that names the mistake; an unwritten stub gets a hint, not a traceback."""
+import pytest
+import torch
+
+from peagle_lab import exercises as ex
+from helpers import random_drafter, tiny_target
+
+SOL = {nb: ex.load_solutions(nb) for nb in ("01", "02", "03", "04")}
+
+
+def rejects(check, *args, match: str):
+    with pytest.raises(ex.ExerciseFailed, match=match):
+        check(*args, strict=True)
+
+
+def stub(*args):
+    raise NotImplementedError
+
+
+@pytest.fixture(scope="module")
+def setting():
+    target = tiny_target(vocab=64, layers=5)
+    ids = torch.arange(1, 12) % 64
+    out = target.forward(ids, target.new_cache())
+    ctx = torch.cat([ids[1:], out.logits[0, -1].argmax()[None]])
+    return target, ctx, out.aux[0]
+
+
+def test_stub_gives_a_hint_not_a_traceback(capsys):
+    assert ex.check_verify_greedy(stub, strict=False) is False
+    assert "not written yet" in capsys.readouterr().out
+    rejects(ex.check_verify_greedy, stub, match="not written yet")
+    rejects(ex.check_verify_greedy, lambda d, l: 1 / 0, match="ZeroDivisionError")
+
+
+def test_verify_greedy():
+    assert ex.check_verify_greedy(SOL["01"].my_verify_greedy, strict=True)
+    # counts every match, not only the leading ones
+    rejects(ex.check_verify_greedy, lambda d, l: (int((d == l[:-1].argmax(-1)).sum()), 0), match="first mismatch")
+    # right count, forgets that the next token sits in slot n
+    rejects(ex.check_verify_greedy,
+            lambda d, l: (SOL["01"].my_verify_greedy(d, l)[0], int(l[-1].argmax())), match="slot n")
+
+
+def test_draft_sequential(setting):
+    target, ctx, aux = setting
+    d = random_drafter(target, parallel=False, draft_vocab_size=32)
+    assert ex.check_draft_sequential(SOL["01"].my_draft_sequential, d, ctx, aux, strict=True)
+
+    def draft_vocab_ids(drafter, cache, ctx_tokens, ctx_aux, k):    # forgets to map draft-vocab ids to the target's
+        ids, hidden, out = ctx_tokens[None], drafter.project(ctx_aux)[None], []
+        for _ in range(k):
+            prenorm, logits = drafter(ids, hidden, cache)
+            tok = logits[:, -1].argmax(-1)
+            out.append(tok)
+            ids, hidden = drafter.to_target_ids(tok)[None], prenorm[:, -1:]
+        return torch.cat(out)
+    rejects(ex.check_draft_sequential, draft_vocab_ids, d, ctx, aux, match="draft 1 .*to_target_ids")
+
+
+def test_draft_parallel(setting):
+    target, ctx, aux = setting
+    d = random_drafter(target, parallel=True, num_layers=2)
+    assert ex.check_draft_parallel(SOL["02"].my_draft_parallel, d, ctx, aux, strict=True)
+
+    def off_by_one(drafter, cache, ctx_tokens, ctx_aux, k):         # reads the outputs one slot late
+        out = SOL["02"].my_draft_parallel(drafter, cache, ctx_tokens, ctx_aux, k + 1)
+        return out[1:]
+    rejects(ex.check_draft_parallel, off_by_one, d, ctx, aux, match="mask slots")
+
+
+def test_verify_sampling():
+    assert ex.check_verify_sampling(SOL["02"].my_verify_sampling, strict=True)
+
+    def always_accept_p_over_q(drafts, q, p, g):                    # accepts with p/q unclipped, resamples from p
+        for i, x in enumerate(drafts.tolist()):
+            if float(torch.rand(1, generator=g)) < float(p[i, x]):
+                continue
+            return i, int(torch.multinomial(p[i], 1, generator=g))
+        return len(drafts), int(torch.multinomial(p[-1], 1, generator=g))
+    rejects(ex.check_verify_sampling, always_accept_p_over_q, match="must be accepted|total variation|max\\(0, p - q\\)")
+
+
+def test_peagle_mask():
+    assert ex.check_peagle_mask(SOL["03"].my_peagle_mask, strict=True)
+
+    def causal_only(q, k):                                          # a plain causal mask over anchors
+        return q.anchor[:, None] >= k.anchor[None, :]
+    rejects(ex.check_peagle_mask, causal_only, match="query \\(anchor")
+
+
+def test_partition():
+    from peagle_lab.train.cod import cod_sample
+    el = cod_sample(40, 4, 0.7, generator=torch.Generator().manual_seed(0))
+    assert ex.check_partition(SOL["03"].my_partition, el, 40, strict=True)
+    rejects(ex.check_partition, lambda el, n, s: [(list(range(len(el))), [])], el, 40, match="segments")
+
+
+def test_expand_input_ids():
+    batch = dict(target_token_ids=torch.tensor([10, 11, 12, 13, 20, 21, 22, 23], dtype=torch.int32),
+                 target_positions=torch.tensor([5, 6, 7, 8, 10, 11, 12, 13]),
+                 next_token_ids=torch.tensor([100, 200], dtype=torch.int32),
+                 query_start_loc=torch.tensor([0, 4, 8], dtype=torch.int32),
+                 query_end_loc=torch.tensor([2, 7], dtype=torch.int32),
+                 padding_token_id=0, parallel_drafting_token_id=-2, num_padding_slots_per_request=3)
+    assert ex.check_expand_input_ids(SOL["04"].my_input_ids, [batch], strict=True)
+
+    def no_padding(b):                                              # forgets the rejected tokens' slots
+        out = SOL["04"].my_input_ids(b)
+        return [x for x in out if x != b["padding_token_id"]]
+    rejects(ex.check_expand_input_ids, no_padding, [batch], match="padding id per rejected")
+
+
+def test_solution_if_asked(monkeypatch):
+    monkeypatch.setenv("PEAGLE_SOLUTIONS", "1")
+    def my_verify_greedy(d, l):
+        raise NotImplementedError
+    assert ex.solution_if_asked("01", my_verify_greedy) is not my_verify_greedy
+    monkeypatch.setenv("PEAGLE_SOLUTIONS", "0")
+    monkeypatch.setenv("PEAGLE_SMOKE", "0")
+    assert ex.solution_if_asked("01", my_verify_greedy) is my_verify_greedy
+
+
+def test_compare_prints_prediction_beside_measurement(capsys):
+    assert ex.compare(1.0, 1.05, "ratio") is True
+    assert ex.compare(2.0, 1.0, "ratio") is False
+    assert ex.compare(None, 1.0, "ratio") is None
+    out = capsys.readouterr().out
+    assert "you predicted 1" in out and "measured 1" in out

@@ -1,0 +1,114 @@
+"""Repo hygiene: peagle_lab's imports run one way (no cycle between modules, none between packages).
+
+The graph is read from the source with ``ast``: every ``import`` and ``from ... import`` of a
+peagle_lab module, at module level and inside functions alike (a function-level import is still a
+dependency; it only hides a cycle from the interpreter). Two views must both be acyclic:
+
+* modules: ``peagle_lab.engines.teaching -> peagle_lab.target`` and so on;
+* packages: each root module is its own node and each subpackage (``engines``, ``train``,
+  ``serving``, ``kernels``, ...) one node, so a root module and a subpackage that import each other
+  (through any of their modules) are a cycle even when no two modules are.
+"""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PKG = Path(__file__).resolve().parents[1] / "peagle_lab"
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(PKG.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _modules() -> dict[str, Path]:
+    return {_module_name(p): p for p in PKG.rglob("*.py")}
+
+
+def _resolve(name: str, modules: dict[str, Path]) -> str | None:
+    """The module ``name`` refers to (a package's ``__init__`` or a module), else the nearest enclosing one."""
+    while name and name not in modules:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def import_graph() -> dict[str, set[str]]:
+    """``{module: modules it imports}`` over peagle_lab (implicit parent-package imports left out)."""
+    modules = _modules()
+    graph: dict[str, set[str]] = {m: set() for m in modules}
+    for mod, path in modules.items():
+        package = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            targets = []
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+                targets = [base] + [f"{base}.{a.name}" for a in node.names]   # `from pkg import module` too
+            for t in targets:
+                if t.split(".")[0] != "peagle_lab":
+                    continue
+                dep = _resolve(t, modules)
+                if dep and dep != mod:
+                    graph[mod].add(dep)
+    return graph
+
+
+def package_of(module: str) -> str:
+    """Root modules stand alone; a subpackage's modules collapse into ``peagle_lab.<subpackage>``."""
+    parts = module.split(".")
+    path = PKG.joinpath(*parts[1:2])
+    return ".".join(parts[:2]) if len(parts) > 1 and path.is_dir() else module
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle as a list of nodes (first == last), or None."""
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for dep in sorted(graph.get(node, ())):
+            if state.get(dep) == 1:
+                return stack[stack.index(dep):] + [dep]
+            if dep not in state and (found := visit(dep)):
+                return found
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (found := visit(node)):
+            return found
+    return None
+
+
+def test_the_graph_sees_function_level_imports():
+    graph = import_graph()
+    assert "peagle_lab.engines.teaching" in graph["peagle_lab.cli"]          # imported inside a function
+    assert "peagle_lab.target" in graph["peagle_lab.engines.teaching"]       # a relative import two levels up
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+
+
+def test_no_cycle_between_modules():
+    cycle = find_cycle(import_graph())
+    assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+@pytest.mark.xfail(strict=True, reason="evaluate <-> train: evaluate replays with train's graph (cod, data, features, "
+                   "loss) while train's trainer and setup call evaluate (validation AL, greedy replies); the fix "
+                   "(a train-side evaluation module, or the trainer taking its validation as an argument) belongs "
+                   "with the train/ rework")
+def test_no_cycle_between_packages():
+    packages: dict[str, set[str]] = {}
+    for mod, deps in import_graph().items():
+        node = package_of(mod)
+        packages.setdefault(node, set()).update(package_of(d) for d in deps if package_of(d) != node)
+    cycle = find_cycle(packages)
+    assert cycle is None, "import cycle between packages: " + " -> ".join(cycle)
