@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from peagle_lab.cli import _drafter_specs  # noqa: E402
 from peagle_lab.checkpoint import load_drafter  # noqa: E402
-from peagle_lab.evaluate import evaluate_drafters, greedy_replies  # noqa: E402
+from peagle_lab.train.replay import evaluate_drafters, greedy_replies  # noqa: E402
 from peagle_lab.prompts import load_categories, load_prompts  # noqa: E402
 from peagle_lab.target import Target  # noqa: E402
 

@@ -2,7 +2,7 @@
 
 For each drafter, on the same greedy replies (T=0, the first N prompts of a set, or N spread over it):
 
-* the engine's own numbers without running it (same settings as ``eval_drafters.py``) (``peagle_lab.evaluate``: AL and acceptance per
+* the engine's own numbers without running it (same settings as ``eval_drafters.py``) (``peagle_lab.train.replay``: AL and acceptance per
   position, step for step what ``generate`` records -- the tests check this);
 * agreement per depth against the *real* next token over every reply position ("all"), and over the
   positions where a decoding step actually started ("visited");
@@ -15,7 +15,7 @@ For each drafter, on the same greedy replies (T=0, the first N prompts of a set,
         --json benchmarks/results/replay_acceptance_mtbench80.json
 
 Each drafter drafts as its checkpoint says (parallel with a mask token, else sequentially); the
-library's ``peagle-lab eval`` prints the same numbers (``peagle_lab.evaluate.evaluate_drafters``).
+library's ``peagle-lab eval`` prints the same numbers (``peagle_lab.train.replay.evaluate_drafters``).
 """
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ from eval_drafters import drafter_eval_parser  # noqa: E402
 from peagle_lab.checkpoint import load_drafter  # noqa: E402
 from peagle_lab.prompts import load_categories, load_prompts  # noqa: E402
 from peagle_lab.target import Target  # noqa: E402
-from peagle_lab.evaluate import evaluate_drafters, greedy_replies  # noqa: E402
+from peagle_lab.train.replay import evaluate_drafters, greedy_replies  # noqa: E402
 
 
 def main() -> None:

@@ -380,7 +380,7 @@ def cmd_eval(args) -> int:
 
     from .compat import IncompatibleDrafter, check_compatible
     from .checkpoint import load_drafter
-    from .evaluate import evaluate_drafters, greedy_replies
+    from .train.replay import evaluate_drafters, greedy_replies
     from .prompts import load_categories, load_prompts
     from .target import Target
 

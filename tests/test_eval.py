@@ -11,7 +11,7 @@ from peagle_lab.drafters_registry import shipped
 from peagle_lab.engines.teaching import generate
 from peagle_lab.prompts import PromptFileError, load_categories, load_prompts
 from peagle_lab.stats import AcceptanceStats
-from peagle_lab.evaluate import al_by_category, evaluate_drafters, greedy_replies
+from peagle_lab.train.replay import al_by_category, evaluate_drafters, greedy_replies
 
 K, NEW = 3, 24
 

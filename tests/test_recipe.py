@@ -194,7 +194,7 @@ def test_ablation_eval_several_k_equals_one_eval_per_k(target, tmp_path):
     from pathlib import Path
 
     from peagle_lab.drafters_registry import drafter_for
-    from peagle_lab.evaluate import evaluate_drafters, greedy_replies
+    from peagle_lab.train.replay import evaluate_drafters, greedy_replies
     from peagle_lab.prompts import load_prompts
 
     root = Path(__file__).resolve().parents[1]

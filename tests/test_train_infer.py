@@ -57,7 +57,7 @@ def test_training_logits_equal_engine_logits(target, mtbench_ids, method):
 @pytest.mark.parametrize("method", ["peagle", "eagle"])
 def test_replay_gives_the_engines_steps(target, mtbench_ids, method):
     """Replaying the greedy reply through the training graph predicts every step of the engine."""
-    from peagle_lab.evaluate import replay_acceptance
+    from peagle_lab.train.replay import replay_acceptance
 
     drafter = load_drafter(shipped()[f"{method}-smollm2"], target)
     budget, k = 40, 4
@@ -83,7 +83,7 @@ def test_replay_gives_the_engines_steps(target, mtbench_ids, method):
 
 
 def test_replay_refuses_a_short_reply(target, mtbench_ids):
-    from peagle_lab.evaluate import replay_acceptance
+    from peagle_lab.train.replay import replay_acceptance
 
     drafter = load_drafter(shipped()["peagle-smollm2"], target)
     with pytest.raises(ValueError, match="K\\+1 tokens more"):

@@ -297,7 +297,7 @@ def test_validation_al_at_checkpoints_equals_the_engines(tmp_path, method):
     """The AL the trainer logs at a checkpoint (replayed) is the engine's AL for the drafter of that step."""
     from peagle_lab.engines.teaching import generate
     from peagle_lab.stats import AcceptanceStats
-    from peagle_lab.evaluate import greedy_replies
+    from peagle_lab.train.replay import greedy_replies
 
     t = _trainer(tmp_path, method, steps=12)
     t.cfg.checkpoint_every, t.cfg.val_k, budget = 6, 3, 12

@@ -182,7 +182,10 @@ def stage_train(args, out: Path, method: str) -> None:
 
 def stage_eval(args, out: Path) -> None:
     from peagle_lab.checkpoint import load_drafter
-    from peagle_lab.evaluate import evaluate_drafters, greedy_replies
+    try:
+        from peagle_lab.train.replay import evaluate_drafters, greedy_replies
+    except ImportError:                                  # a library copy from before the move
+        from peagle_lab.evaluate import evaluate_drafters, greedy_replies
     from peagle_lab.prompts import load_categories, load_prompts
     from peagle_lab.target import Target
 

@@ -10,5 +10,5 @@
 * :mod:`.trainer`   -- the loop: optimiser, checkpoint/resume, validation AL, export.
 
 Evaluation (greedy decoding replayed over known replies: the engine's acceptance from one
-training-graph pass) is :mod:`peagle_lab.evaluate`; the trainer's validation AL uses it.
+training-graph pass) is :mod:`peagle_lab.train.replay`; the trainer's validation AL uses it.
 """

@@ -113,7 +113,7 @@ def element_outputs(drafter: Eagle3Drafter, el: Elements, data: SeqData, method:
     with ``logits=False`` the final-normed states ``(E, H)``.
 
     ``method="peagle"``: every element in one pass under the P-EAGLE mask; ``"eagle"``: EAGLE-3's
-    training-time test, depth by depth. Evaluation reads the same logits (:mod:`peagle_lab.evaluate`).
+    training-time test, depth by depth. Evaluation reads the same logits (:mod:`peagle_lab.train.replay`).
     """
     if method == "peagle":
         return _forward_parallel(drafter, el, data, attention, logits=logits)

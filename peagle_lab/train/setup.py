@@ -150,7 +150,7 @@ def _trainer(cfg: TrainConfig, run: RunSettings, device, mark):
 
 def validation_replies(target, run: RunSettings, k: int) -> list:
     """(prompt ids, greedy reply) pairs the validation AL replays: ``run.val_prompts`` spread over the set."""
-    from ..evaluate import greedy_replies
+    from .replay import greedy_replies
     from ..prompts import load_prompts
 
     prompts = [target.chat_ids(p) for p in load_prompts(run.val_set, run.val_prompts, spread=True)]

@@ -25,7 +25,7 @@ from ..atomic import atomic_file
 from ..checkpoint import save_drafter, vllm_config_dict
 from ..device import sdpa_without_cudnn
 from ..drafter import DrafterConfig, Eagle3Drafter, init_drafter
-from ..evaluate import replay_prompts
+from .replay import replay_prompts
 from ..materialise import FINGERPRINT_KEY, embedding_fingerprint
 from .cod import Elements, cod_sample
 from .config import TrainConfig
@@ -267,7 +267,7 @@ class Trainer:
         self.step = 0
         self.history: list[dict] = []
         self.order = sample_order(samples, cfg)
-        # (prompt ids, greedy reply with val_k + 1 tokens to spare): see peagle_lab.evaluate.greedy_replies
+        # (prompt ids, greedy reply with val_k + 1 tokens to spare): see peagle_lab.train.replay.greedy_replies
         self.val_replies = val_replies or []
         # what the run is made from, recorded in every checkpoint and compared on resume (data_source: the
         # --data folder, for the message only)
