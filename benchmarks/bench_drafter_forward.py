@@ -156,7 +156,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--batch", default="1,8,64", help="batch sizes B, comma-separated")
     ap.add_argument("--k", default="3,5,7", help="draft lengths K, comma-separated")
     ap.add_argument("--context", type=int, default=1024, help="cached drafter slots per request")
-    ap.add_argument("--compile", default="none", help="comma list of none, default, reduce-overhead, cudagraph (whole step as one CUDA graph)")
+    ap.add_argument("--compile", default="none",
+                    help="comma list of none, default, reduce-overhead, cudagraph (whole step as one CUDA graph)")
     ap.add_argument("--intermediate-size", type=int, default=None, help="drafter MLP width (default 4 x hidden)")
     ap.add_argument("--draft-vocab-size", type=int, default=32000)
     ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
@@ -187,15 +188,19 @@ def main(argv: list[str] | None = None) -> None:
     bench = timer(device, reps=3 if args.tiny else 7)
     rows = []
 
+    device_name = torch.cuda.get_device_name(0) if device == "cuda" else f"cpu ({1 if args.tiny else threads} threads)"
+    command = "python benchmarks/bench_drafter_forward.py " + " ".join(sys.argv[1:] if argv is None else argv)
+
     def write() -> None:                               # after every row: a killed run keeps what it measured
         out = {"date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
                "machine": f"{platform.node()} {platform.machine()}",
-               "device": torch.cuda.get_device_name(0) if device == "cuda" else f"cpu ({1 if args.tiny else threads} threads)",
-               "command": "python benchmarks/bench_drafter_forward.py " + " ".join(sys.argv[1:] if argv is None else argv),
+               "device": device_name,
+               "command": command,
                "what": "drafter forward: one parallel pass over K slots vs one single-slot pass vs K sequential passes",
                "torch": torch.__version__,
-               "drafter": {**{k: v for k, v in shape.items() if k != "aux_layer_ids"}, "intermediate_size": intermediate,
-                           "draft_vocab_size": draft_vocab, "dtype": str(dtype).removeprefix("torch."), "weights": "random",
+               "drafter": {**{k: v for k, v in shape.items() if k != "aux_layer_ids"},
+                           "intermediate_size": intermediate, "draft_vocab_size": draft_vocab,
+                           "dtype": str(dtype).removeprefix("torch."), "weights": "random",
                            "intermediate_size_note": "not published with the issue's numbers; 4 x hidden unless given"},
                "rows": rows}
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
@@ -210,7 +215,8 @@ def main(argv: list[str] | None = None) -> None:
             fwd = torch.compile(fwd, mode=None if mode == "default" else mode, dynamic=False)
         for B in batches:
             for K in ks:
-                row = {"compile": mode, **measure(drafter, fwd, B, K, context, device, bench, cuda_graph=mode == "cudagraph")}
+                timed = measure(drafter, fwd, B, K, context, device, bench, cuda_graph=mode == "cudagraph")
+                row = {"compile": mode, **timed}
                 rows.append(row)
                 print(json.dumps(row), file=sys.stderr)
                 write()

@@ -56,20 +56,24 @@ def main() -> None:
     for prefill in (False, True):
         for num_reqs in (1, 8, 64, 256):
             kw, max_len = batch(num_reqs, args.k, prefill, dev)
-            fused = triton.testing.do_bench(lambda: copy_and_expand_eagle_inputs(**kw, backend="triton", max_query_len=max_len),
-                                            return_mode="median")
-            ref = triton.testing.do_bench(lambda: copy_and_expand_eagle_inputs(**kw, backend="torch"), return_mode="median")
-            fused_graph = triton.testing.do_bench_cudagraph(
-                lambda: copy_and_expand_eagle_inputs(**kw, backend="triton", max_query_len=max_len), return_mode="median")
+            def triton_call():
+                return copy_and_expand_eagle_inputs(**kw, backend="triton", max_query_len=max_len)
+
+            fused = triton.testing.do_bench(triton_call, return_mode="median")
+            ref = triton.testing.do_bench(lambda: copy_and_expand_eagle_inputs(**kw, backend="torch"),
+                                          return_mode="median")
+            fused_graph = triton.testing.do_bench_cudagraph(triton_call, return_mode="median")
             # the launch used before 2026-12-01b: 128-slot blocks, 4 warps, whatever the request length
             old_graph = triton.testing.do_bench_cudagraph(
                 lambda: copy_and_expand_eagle_inputs(**kw, backend="triton", max_query_len=max_len, launch=(128, 4)),
                 return_mode="median")
-            rows.append({"num_reqs": num_reqs, "k": args.k, "with_prefill": prefill, "triton_ms": fused, "torch_ref_ms": ref,
-                         "empty_launch_ms": floor, "speedup_vs_torch": ref / fused, "x_launch_floor": fused / floor,
+            rows.append({"num_reqs": num_reqs, "k": args.k, "with_prefill": prefill, "triton_ms": fused,
+                         "torch_ref_ms": ref, "empty_launch_ms": floor, "speedup_vs_torch": ref / fused,
+                         "x_launch_floor": fused / floor,
                          "triton_graph_ms": fused_graph, "empty_graph_ms": floor_graph,
                          "graph_x_floor": fused_graph / floor_graph, "launch": list(launch_config(max_len + args.k)),
-                         "graph_ms_block128_warps4": old_graph, "graph_x_floor_block128_warps4": old_graph / floor_graph})
+                         "graph_ms_block128_warps4": old_graph,
+                         "graph_x_floor_block128_warps4": old_graph / floor_graph})
             print(rows[-1])
     out = {"date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "machine": platform.node(),
            "device": torch.cuda.get_device_name(0), "command": "python benchmarks/bench_kernel.py --json " + args.json,

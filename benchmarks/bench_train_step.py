@@ -82,8 +82,9 @@ def time_config(target, samples, draft_ids, cfg: TrainConfig, steps: int, profil
             print(table, flush=True)
     mem = torch.cuda.max_memory_allocated() / 2**30 if target.device.type == "cuda" else None
     return {"method": cfg.method, "layout": cfg.layout, "group_by_length": cfg.group_by_length,
-            "sdpa_cudnn_allowed": trainer_mod.sdpa_backends is not default_backends, "batch_size": cfg.batch_size, "target_bf16": cfg.target_bf16,
-            "num_layers": cfg.num_layers, "step_s_median": statistics.median(times), "step_s_mean": statistics.mean(times),
+            "sdpa_cudnn_allowed": trainer_mod.sdpa_backends is not default_backends, "batch_size": cfg.batch_size,
+            "target_bf16": cfg.target_bf16, "num_layers": cfg.num_layers,
+            "step_s_median": statistics.median(times), "step_s_mean": statistics.mean(times),
             "supervised_per_s": supervised / sum(times), "step_s_all": times,
             "elements_last": row["elements"], "supervised_last": row["supervised"], "peak_gib": mem,
             "profile": table}
@@ -94,7 +95,9 @@ def main() -> None:
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--steps", type=int, default=16)
     ap.add_argument("--batch", default="32", help="comma-separated conversations per step")
-    ap.add_argument("--configs", default="peagle:bf16:cudnn,peagle:bf16,eagle:bf16:cudnn,eagle:bf16", help="method:target-precision[:grouped][:cudnn] (grouped = batches by length; cudnn = SDPA may use cuDNN)")
+    ap.add_argument("--configs", default="peagle:bf16:cudnn,peagle:bf16,eagle:bf16:cudnn,eagle:bf16",
+                    help="method:target-precision[:grouped][:cudnn] (grouped = batches by length; "
+                         "cudnn = SDPA may use cuDNN)")
     ap.add_argument("--profile", default="none", help="pairs that also get a profiler table")
     ap.add_argument("--json")
     args = ap.parse_args()
@@ -114,7 +117,8 @@ def main() -> None:
                 torch.cuda.reset_peak_memory_stats()
             # "cudnn": SDPA may pick cuDNN, as the trainer did before 2026-12-01b
             trainer_mod.sdpa_backends = (lambda d: contextlib.nullcontext()) if "cudnn" in opt else default_backends
-            r = time_config(target, samples, draft_ids, cfg, args.steps, profile=b == 32 and pair in args.profile.split(","))
+            profile = b == 32 and pair in args.profile.split(",")
+            r = time_config(target, samples, draft_ids, cfg, args.steps, profile=profile)
             rows.append(r)
             print(json.dumps({k: v for k, v in r.items() if k not in ("profile", "step_s_all")}), flush=True)
             if args.json:                                   # after every row: a killed run keeps what it measured

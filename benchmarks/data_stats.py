@@ -48,7 +48,8 @@ def main() -> None:
         n_reply = sum(len(r) for r in replies)
         counts = token_counts(samples, args.vocab_size)
         out[name] = {"folder": folder, "conversations": len(samples), "tokens": sum(s.ids.numel() for s in samples),
-                     "reply_tokens": n_reply, "share_of_reply_tokens_in_8gram_loops": sum(map(loop_tokens, replies)) / n_reply,
+                     "reply_tokens": n_reply,
+                     "share_of_reply_tokens_in_8gram_loops": sum(map(loop_tokens, replies)) / n_reply,
                      "share_of_replies_at_the_cap": sum(len(r) >= int(cap) for r in replies) / len(replies),
                      "max_new_tokens": int(cap),
                      "draft_vocab_coverage_own": {v: build_draft_vocab(counts, v)[1] for v in (2048, 4096, 8192)}}

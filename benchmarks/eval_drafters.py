@@ -32,7 +32,8 @@ def drafter_eval_parser(doc: str) -> argparse.ArgumentParser:
     ap.add_argument("--prompts", default="mt-bench")
     ap.add_argument("--num-prompts", type=int, default=10)
     ap.add_argument("--spread", action="store_true",
-                    help="take --num-prompts evenly spaced over the set (MT-Bench: every category) instead of the first")
+                    help="take --num-prompts evenly spaced over the set (MT-Bench: every category) "
+                         "instead of the first")
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--json", required=True)
     return ap
@@ -52,10 +53,13 @@ def main() -> None:
                          max_new_tokens=args.max_new_tokens)
             stats[name] = stats[name].merge(r.acceptance)
         print(i, {n: round(s.acceptance_length, 3) for n, s in stats.items()}, flush=True)
-    out = {"date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "command": "python benchmarks/eval_drafters.py ...",
-           "settings": {"k": args.k, "prompts": args.prompts, "num_prompts": args.num_prompts, "max_new_tokens": args.max_new_tokens},
+    out = {"date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+           "command": "python benchmarks/eval_drafters.py ...",
+           "settings": {"k": args.k, "prompts": args.prompts, "num_prompts": args.num_prompts,
+                        "max_new_tokens": args.max_new_tokens},
            "drafters": drafters,
-           "results": {n: {"acceptance_length": s.acceptance_length, "per_position": s.per_position} for n, s in stats.items()}}
+           "results": {n: {"acceptance_length": s.acceptance_length, "per_position": s.per_position}
+                       for n, s in stats.items()}}
     with open(args.json, "w") as f:
         json.dump(out, f, indent=1)
 

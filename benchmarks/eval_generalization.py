@@ -85,7 +85,8 @@ def main() -> None:
         method = "peagle" if "peagle" in name else "eagle"
         depth = drafter.cfg.trained_depth or 8
         results[name] = {s: agreement(target, drafter, samples, method, depth) for s, samples in sets.items()}
-        print(name, json.dumps({s: (round(r["loss"], 3), r["acc_per_depth"][:4]) for s, r in results[name].items()}), flush=True)
+        brief = {s: (round(r["loss"], 3), r["acc_per_depth"][:4]) for s, r in results[name].items()}
+        print(name, json.dumps(brief), flush=True)
     out = {"date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
            "machine": "this CPU VM (no gradients; numbers do not depend on the machine)",
            "command": "python benchmarks/eval_generalization.py " + " ".join(sys.argv[1:]),

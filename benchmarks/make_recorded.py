@@ -70,7 +70,8 @@ def kernel_timings() -> dict:
 
 
 def gpu_speed() -> dict:
-    """The fast engine (static caches, CUDA graphs) at batch 1: tokens/s, AL and the step's time split per method and K."""
+    """The fast engine (static caches, CUDA graphs) at batch 1: tokens/s, AL and the step's time split per
+    method and K."""
     r = _raw("fast_engine_h200.json")
     keep = ("method", "k", "dtype", "tokens_per_s", "acceptance_length", "identical_to_ar", "step_split_ms")
     hf = [x for x in r.get("references", []) if x.get("method") == "hf-static"]
@@ -113,8 +114,10 @@ def fused_pairs() -> dict:
     r = _raw("fused_engine_h200_attention_k5.json")
     rows = {}
     for x in r["results"]:
-        side = {"part_plain": "plain", "part_fused_k5": "compiled", "part_fused_triton_k5": "compiled+triton"}[x["part"]]
-        rows.setdefault((x["method"], x["k"]), {"method": x["method"], "k": x["k"]})[side] = {k: x.get(k) for k in _SIDE}
+        side = {"part_plain": "plain", "part_fused_k5": "compiled",
+                "part_fused_triton_k5": "compiled+triton"}[x["part"]]
+        row = rows.setdefault((x["method"], x["k"]), {"method": x["method"], "k": x["k"]})
+        row[side] = {k: x.get(k) for k in _SIDE}
     return {"source": "benchmarks/results/fused_engine_h200_attention_k5.json", "settings": r["settings"],
             "sides": ["plain", "compiled", "compiled+triton"], "rows": list(rows.values())}
 
@@ -129,7 +132,8 @@ def best_engine() -> dict:
     auto = []
     for f in ("fused_engine_h200_pgraph_max_k5.json", "fused_engine_h200_pgraph_max_k7.json"):
         for x in _raw(f)["results"]:
-            auto.append(dict({k: x.get(k) for k in _SIDE}, method=x["method"], k=x["k"], source=f"benchmarks/results/{f}",
+            auto.append(dict({k: x.get(k) for k in _SIDE}, method=x["method"], k=x["k"],
+                             source=f"benchmarks/results/{f}",
                              side="plain" if x["part"] == "part_plain" else "max-autotune", warmup_s=x.get("warmup_s")))
     return {"source": f"benchmarks/results/{name}", "settings": r["settings"],
             "rows": [dict({k: x.get(k) for k in _SIDE}, method=x["method"], k=x["k"],
@@ -147,7 +151,8 @@ def batch_rows() -> dict:
     before = _raw("batch_profile_h200_cudnn.json")
     return {"source": f"benchmarks/results/{name}", "device": "NVIDIA H200", "settings": r["settings"],
             "rows": [{k: x.get(k) for k in keep} for x in r["results"]],
-            "ar_before_cudnn_fix": [{k: x[k] for k in ("batch_size", "tokens_per_s", "ms_per_step", "new_tokens", "steps")}
+            "ar_before_cudnn_fix": [{k: x[k] for k in ("batch_size", "tokens_per_s", "ms_per_step", "new_tokens",
+                                                       "steps")}
                                     for x in before["rows"] if x["method"] == "ar"]}
 
 
@@ -182,11 +187,13 @@ def costmodel_parts() -> dict:
         "replay_mtbench80": {"source": "benchmarks/results/replay_acceptance_mtbench80.json",
                              "num_prompts": replay["settings"]["num_prompts"],
                              "max_new_tokens": replay["settings"]["max_new_tokens"],
-                             "acceptance_per_position": {m: replay["results"][key]["acceptance_per_position"]
-                                                         for m, key in (("eagle", "run5-eagle"), ("peagle", "run5-peagle3"))}},
+                             "acceptance_per_position": {
+                                 m: replay["results"][key]["acceptance_per_position"]
+                                 for m, key in (("eagle", "run5-eagle"), ("peagle", "run5-peagle3"))}},
         "drafter_20b": {"source": "benchmarks/results/drafter_forward_cudagraph_h200.json", "device": fwd["device"],
                         "command": fwd["command"], "drafter": fwd["drafter"],
-                        "rows": [{k: r[k] for k in ("B", "K", "single_ms", "parallel_ms", "sequential_ms")} for r in fwd["rows"]]},
+                        "rows": [{k: r[k] for k in ("B", "K", "single_ms", "parallel_ms", "sequential_ms")}
+                                 for r in fwd["rows"]]},
         "blog": {"source": "vLLM blog, P-EAGLE in vLLM (gpt-oss-20b, 1x B200): SPEED-Bench c=1 AR 456 tok/s; "
                            "AL on MT-Bench; P-EAGLE / EAGLE-3 at each's best K, concurrency 1-64",
                  "ar_tokens_per_s_c1": 456.0,

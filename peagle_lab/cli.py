@@ -108,7 +108,8 @@ def cmd_info(args) -> int:
     print(f"peagle-lab {info['peagle_lab']}  python {info['python']}  {info['platform']}")
     print("versions: " + ", ".join(f"{k} {v}" for k, v in info["versions"].items() if v))
     dev = info["device"]
-    print(f"device: {dev['cpu_count']} CPUs, CUDA {'yes: ' + ', '.join(dev['cuda_devices']) if dev['cuda_available'] else 'no'}")
+    cuda = "yes: " + ", ".join(dev["cuda_devices"]) if dev["cuda_available"] else "no"
+    print(f"device: {dev['cpu_count']} CPUs, CUDA {cuda}")
     t = info["target"]
     print(f"target: {t['default']}  gguf={t['gguf']}  converted={t['converted']} ({t['hf_folder']})")
     for name, d in info["datasets"].items():
@@ -182,8 +183,9 @@ def cmd_vllm_bench(args) -> int:
     if args.dry_run:                       # the servers the sweep would start, one command each; starts nothing
         try:
             validate(args.methods, args.k, args.concurrency, args.num_prompts, args.max_new_tokens)
-            _, plan = sweep_plan(methods=args.methods, ks=args.k, target=args.target, eagle_drafter=drafters.get("eagle"),
-                                 peagle_drafter=drafters.get("peagle"), max_model_len=args.max_model_len,
+            _, plan = sweep_plan(methods=args.methods, ks=args.k, target=args.target,
+                                 eagle_drafter=drafters.get("eagle"), peagle_drafter=drafters.get("peagle"),
+                                 max_model_len=args.max_model_len,
                                  **{k: v for k, v in serving.items() if k != "startup_timeout"})
         except (ValueError, FileNotFoundError) as err:
             raise SystemExit(f"peagle-lab vllm-bench: {err}") from None
@@ -352,7 +354,8 @@ def cmd_check(args) -> int:
 
 
 def _drafter_specs(specs: list[str]) -> dict[str, str]:
-    """``NAME=FOLDER``, a folder, or a shipped drafter's name -> ``{label: folder}``."""
+    """``NAME=FOLDER``, a folder, or a shipped drafter's name -> ``{label: folder}``. A spec that names no
+    drafter raises ValueError naming the fix (check_args turns it into exit 2 before any model loads)."""
     from pathlib import Path
 
     from .drafters_registry import shipped
@@ -360,16 +363,20 @@ def _drafter_specs(specs: list[str]) -> dict[str, str]:
     out = {}
     for spec in specs:
         is_folder = (Path(spec) / "config.json").exists()            # a folder whose name holds "=" stays whole
-        name, _, folder = spec.partition("=") if "=" in spec and not is_folder else ("", "", spec)
+        split = "=" in spec and not is_folder
+        name, _, folder = spec.partition("=") if split else ("", "", spec)
+        if split and not name.strip():
+            raise ValueError(f"drafter {spec!r}: the label before '=' is empty; pass NAME=FOLDER with a name, "
+                             "or FOLDER alone")
         if not Path(folder).exists() and folder in shipped():
             folder = str(shipped()[folder])
         if not (Path(folder) / "config.json").exists():
             have = ", ".join(shipped()) or "none"
-            raise SystemExit(f"peagle-lab eval: {spec!r} is neither a drafter folder (with config.json) nor a shipped "
-                             f"drafter (shipped: {have}); pass FOLDER or NAME=FOLDER")
+            raise ValueError(f"drafter {spec!r}: {folder!r} is neither a drafter folder (with config.json) nor a "
+                             f"shipped drafter (shipped: {have}); pass FOLDER, a shipped name or NAME=FOLDER")
         label = name or Path(folder).name
         if label in out:
-            raise SystemExit(f"peagle-lab eval: the label {label!r} names two drafters ({out[label]}, {folder}); "
+            raise ValueError(f"the label {label!r} names two drafters ({out[label]}, {folder}); "
                              "label them: NAME=FOLDER")
         out[label] = folder
     return out
@@ -385,7 +392,7 @@ def cmd_eval(args) -> int:
     from .target import Target
 
     specs = _drafter_specs(args.drafters)
-    texts = load_prompts(args.prompts, args.num_prompts, spread=args.spread)     # a bad prompt file fails before any load
+    texts = load_prompts(args.prompts, args.num_prompts, spread=args.spread)   # a bad prompt file fails before loads
     categories = load_categories(args.prompts, args.num_prompts, spread=args.spread)
     target = Target.load(args.target, device=args.device)
     drafters = {name: load_drafter(folder, target).to(target.device).eval() for name, folder in specs.items()}
@@ -401,14 +408,17 @@ def cmd_eval(args) -> int:
     t1 = time.perf_counter()
     results = evaluate_drafters(target, drafters, prompts, replies, k=args.k, max_new_tokens=args.max_new_tokens,
                                 categories=categories)
-    print(f"{len(prompts)} {args.prompts} prompts ({'spread' if args.spread else 'first'}), {args.max_new_tokens} new tokens, "
-          f"K={args.k}, T=0; greedy replies {replies_s:.0f} s, replay {time.perf_counter() - t1:.0f} s", file=sys.stderr)
+    print(f"{len(prompts)} {args.prompts} prompts ({'spread' if args.spread else 'first'}), "
+          f"{args.max_new_tokens} new tokens, K={args.k}, T=0; greedy replies {replies_s:.0f} s, "
+          f"replay {time.perf_counter() - t1:.0f} s", file=sys.stderr)
     width, pw = max(len(n) for n in results) + 2, max(5 * args.k - 1, len("acceptance per position"))
-    print(f"{'drafter':<{width}}{'method':<8}{'AL':>6}  {'acceptance per position':<{pw}}  second draft right  coverage")
+    print(f"{'drafter':<{width}}{'method':<8}{'AL':>6}  {'acceptance per position':<{pw}}  "
+          "second draft right  coverage")
     for name, r in results.items():
         pos = " ".join(f"{a:.2f}" for a in r["acceptance_per_position"])
         second = r["agreement_all_positions"][1] if args.k > 1 else float("nan")
-        print(f"{name:<{width}}{r['method']:<8}{r['acceptance_length']:>6.2f}  {pos:<{pw}}  {second:>18.2f}  {r['draft_vocab_coverage']:>8.1%}")
+        print(f"{name:<{width}}{r['method']:<8}{r['acceptance_length']:>6.2f}  {pos:<{pw}}  {second:>18.2f}  "
+              f"{r['draft_vocab_coverage']:>8.1%}")
     for name, r in results.items():
         if "acceptance_length_by_category" in r:
             cats = ", ".join(f"{c} {al:.2f}" for c, al in r["acceptance_length_by_category"].items())
@@ -420,7 +430,8 @@ def cmd_eval(args) -> int:
             "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
             "command": "peagle-lab " + " ".join(args.argv),
             "settings": {"k": args.k, "prompts": args.prompts, "num_prompts": len(prompts), "spread": args.spread,
-                         "max_new_tokens": args.max_new_tokens, "replies_seconds": round(replies_s, 1), "stop_at_eos": True},
+                         "max_new_tokens": args.max_new_tokens, "replies_seconds": round(replies_s, 1),
+                         "stop_at_eos": True},
             "drafters": specs, "results": results}, indent=1))
     return 0
 
@@ -458,7 +469,8 @@ def add_generate_parser(sub) -> None:
 
 def add_bench_parser(sub) -> None:
     s = sub.add_parser("bench", help="tokens/s and acceptance of ar, hf, eagle, peagle on the same prompts")
-    s.add_argument("--methods", type=_methods, default=["ar", "hf", "eagle", "peagle"], help="comma list of ar,hf,eagle,peagle")
+    s.add_argument("--methods", type=_methods, default=["ar", "hf", "eagle", "peagle"],
+                   help="comma list of ar,hf,eagle,peagle")
     s.add_argument("--k", type=_draft_lengths, default=[3, 5, 7], help="draft lengths, e.g. 3,5,7")
     _add_prompt_args(s)
     s.add_argument("--temperature", type=_non_negative, default=0.0)
@@ -476,7 +488,8 @@ def add_bench_parser(sub) -> None:
                         "also autotunes the matmuls (a longer compile)")
     s.add_argument("--attention", default="auto", choices=["auto", "sdpa", "triton"],
                    help="fast engine: attention over the static caches -- auto (triton on CUDA, sdpa elsewhere), sdpa "
-                        "(torch, masked over every slot) or triton (peagle_lab's split kernel, cost follows the live slots)")
+                        "(torch, masked over every slot) or triton (peagle_lab's split kernel, cost follows the "
+                        "live slots)")
     s.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
                    help="target and drafter weights (float32 on CPUs without native bf16)")
     s.add_argument("--time-budget", type=_above_zero, default=None, metavar="SECONDS",
@@ -489,7 +502,8 @@ def add_bench_parser(sub) -> None:
 
 
 def add_vllm_bench_parser(sub) -> None:
-    s = sub.add_parser("vllm-bench", help="tokens/s and acceptance of ar, eagle, peagle in real vLLM, over K and concurrency")
+    s = sub.add_parser("vllm-bench",
+                       help="tokens/s and acceptance of ar, eagle, peagle in real vLLM, over K and concurrency")
     s.add_argument("--methods", type=_methods, default=["ar", "eagle", "peagle"], help="comma list of ar,eagle,peagle")
     s.add_argument("--k", type=_draft_lengths, default=[3, 5, 7], help="draft lengths, e.g. 3,5,7 (one server each)")
     s.add_argument("--concurrency", type=_ints, default=[1, 4], help="max requests in flight, e.g. 1,2,4,8")
@@ -569,7 +583,8 @@ def add_train_parser(sub) -> None:
     s.add_argument("--preset", default=None, choices=list(PRESETS),
                    help="README's GPU recipe: peagle (4 layers, COD 0.8, feature noise 0.05) or eagle (1 layer), both "
                         "batch 32, draft vocab 8192, 20000 steps, grouped by length; flags and --set override it")
-    s.add_argument("--method", default=None, choices=["peagle", "eagle"], help=f"default: the preset's, else {D.method}")
+    s.add_argument("--method", default=None, choices=["peagle", "eagle"],
+                   help=f"default: the preset's, else {D.method}")
     s.add_argument("--data", required=True, help="folder written by `peagle-lab regenerate`")
     s.add_argument("--out", required=True, help="run folder (checkpoint.pt lives here; a rerun resumes it)")
     s.add_argument("--export", default=None, help="drafter folder to write (default OUT/drafter): new, empty or an "
@@ -578,7 +593,8 @@ def add_train_parser(sub) -> None:
                    help="let --export replace a folder peagle-lab did not write (its files are deleted)")
     s.add_argument("--target", default=None, help="HF model id or folder (default: embedded SmolLM2-135M-Instruct)")
     s.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda")
-    s.add_argument("--steps", type=_positive, default=None, help=f"optimiser steps (default: the preset's, else {D.steps})")
+    s.add_argument("--steps", type=_positive, default=None,
+                   help=f"optimiser steps (default: the preset's, else {D.steps})")
     s.add_argument("--batch-size", type=_positive, default=None,
                    help=f"conversations per optimiser step (default: the preset's, else {D.batch_size})")
     s.add_argument("--lr", type=_above_zero, default=None, help=f"peak learning rate (default {D.lr})")
@@ -628,8 +644,10 @@ def add_materialise_parser(sub) -> None:
 
 
 def add_eval_parser(sub) -> None:
-    s = sub.add_parser("eval", help="acceptance of drafters on a prompt set at T=0, replayed offline (the engine's numbers, faster)")
-    s.add_argument("drafters", nargs="+", help="drafter folders, shipped names (peagle-smollm2, eagle-smollm2) or NAME=FOLDER")
+    s = sub.add_parser("eval", help="acceptance of drafters on a prompt set at T=0, replayed offline "
+                                    "(the engine's numbers, faster)")
+    s.add_argument("drafters", nargs="+",
+                   help="drafter folders, shipped names (peagle-smollm2, eagle-smollm2) or NAME=FOLDER")
     _add_prompt_args(s, num_prompts=80, num_help="prompts to score (default 80: all of MT-Bench)")
     s.add_argument("--k", type=_draft_length, default=7, help="draft tokens per step")
     s.add_argument("--target", default=None)
@@ -742,6 +760,11 @@ def check_args(parser: argparse.ArgumentParser, args) -> None:
         p.error(f"--drafter {method}=... is given twice; one drafter per method")
     if args.command == "train":
         _check_train(p, args)
+    if args.command == "eval":
+        try:
+            _drafter_specs(args.drafters)
+        except ValueError as err:
+            p.error(str(err))
     _check_paths(p, args)
     _check_outputs(p, args)
 
@@ -769,7 +792,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="peagle-lab", description="Learn, train and serve P-EAGLE parallel speculative decoding.")
     sub = p.add_subparsers(dest="command", required=True)
     for add in (add_info_parser, add_generate_parser, add_bench_parser, add_vllm_bench_parser, add_regenerate_parser,
-                add_train_parser, add_check_parser, add_materialise_parser, add_eval_parser, add_export_speculators_parser):
+                add_train_parser, add_check_parser, add_materialise_parser, add_eval_parser,
+                add_export_speculators_parser):
         add(sub)
     return p
 

@@ -181,7 +181,8 @@ def h200_135m() -> Preset:
     80 MT-Bench prompts. Measured: the end-to-end fast-engine runs (not used to build the parts)."""
     from . import recorded
     cm, gpu = recorded.load("costmodel"), recorded.load("gpu_speed")
-    prof = {(r["method"], r["step"]): r["replay_ms"] for r in gpu["step_profile"]["rows"] if r["mode"] == "default+triton"}
+    prof = {(r["method"], r["step"]): r["replay_ms"]
+            for r in gpu["step_profile"]["rows"] if r["mode"] == "default+triton"}
     k_prof = gpu["step_profile"]["settings"]["k"]
     fast = [r for r in gpu["best"]["rows"] if r["side"] == "fast"]
     host = min(r["step_split_ms"]["host"] for r in fast if r["method"] == "ar")

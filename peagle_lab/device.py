@@ -11,6 +11,8 @@ says where it wants the model). The engines, batched or not, run wherever the ta
 True
 >>> DTYPES["bfloat16"]
 torch.bfloat16
+>>> half_dtype((9, 0)), half_dtype((7, 5))      # an H200; a T4 (Colab's free GPU)
+('bfloat16', 'float16')
 """
 from __future__ import annotations
 
@@ -29,6 +31,15 @@ def resolve_device(device: str | torch.device | None = "auto") -> str:
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise SystemExit(f"--device {device}: no CUDA device here; use --device cpu (or auto)")
     return device
+
+
+def half_dtype(capability: tuple[int, int] | None = None) -> str:
+    """The 16-bit dtype for a CUDA GPU: ``"bfloat16"`` from compute capability 8.0 (A100, L4,
+    H100/H200), ``"float16"`` below it (T4, V100: no native bf16). ``capability``: the current
+    GPU's by default."""
+    if capability is None:
+        capability = torch.cuda.get_device_capability()
+    return "bfloat16" if tuple(capability) >= (8, 0) else "float16"
 
 
 def sdpa_without_cudnn(device: torch.device | str, skip: bool = True):

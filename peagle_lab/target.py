@@ -70,7 +70,8 @@ class Target:
         self.aux_layer_ids = tuple(aux_layer_ids or default_aux_layer_ids(self.num_layers))
         bad = [i for i in self.aux_layer_ids if not 0 <= i < self.num_layers]
         if bad:
-            raise ValueError(f"aux layer ids {bad} are outside 0..{self.num_layers - 1} for this {self.num_layers}-layer target")
+            raise ValueError(f"aux layer ids {bad} are outside 0..{self.num_layers - 1} "
+                             f"for this {self.num_layers}-layer target")
         self.eos_token_ids = self._eos_ids()
         self._captured: dict[int, torch.Tensor] = {}
         self._capture = False
@@ -185,7 +186,8 @@ class Target:
         for turn, reply in zip(turns[1:], replies):
             # the template's text between an assistant reply's content and the next reply's first token
             full = self.tokenizer.apply_chat_template(
-                [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}, {"role": "user", "content": turn}],
+                [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"},
+                 {"role": "user", "content": turn}],
                 tokenize=False, add_generation_prompt=True)
             tail = list(self.tokenizer(full[len(opened) + 1:], add_special_tokens=False)["input_ids"])
             reply = list(reply)

@@ -3,6 +3,9 @@
 Each notebook is executed with the ``peagle-lab`` Jupyter kernel (falling back to the current
 Python's), its outputs and widget state saved to ``OUT_DIR/NAME.ipynb`` and an HTML copy to
 ``OUT_DIR/NAME.html``. ``PEAGLE_SMOKE=1`` (``make tour``'s default) runs CI-sized versions.
+
+>>> "PEAGLE_SMOKE=0 make tour" in size_note(smoke=True)
+True
 """
 from __future__ import annotations
 
@@ -10,11 +13,22 @@ import sys
 import time
 from pathlib import Path
 
+from .params import is_smoke
+
 
 def _kernel_name() -> str:
     from jupyter_client.kernelspec import KernelSpecManager
 
     return "peagle-lab" if "peagle-lab" in KernelSpecManager().find_kernel_specs() else "python3"
+
+
+def size_note(smoke: bool) -> str:
+    """What the sizes mean, said once before the first notebook runs."""
+    if smoke:
+        return ("peagle-lab tour at CI sizes (PEAGLE_SMOKE=1, the default): one or two prompts and a few dozen tokens "
+                "each, so every number is tiny and noisy.\nFor the full-size notebooks run PEAGLE_SMOKE=0 make tour "
+                "(about 25 minutes on a 2-core CPU).")
+    return "peagle-lab tour at full size (PEAGLE_SMOKE=0): the numbers the notebooks' text discusses."
 
 
 def run_tour(notebook_dir: str = "notebooks", out_dir: str = "build", timeout: int = 3600) -> list[dict]:
@@ -48,6 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     notebook_dir = argv[0] if argv else "notebooks"
     out_dir = argv[1] if len(argv) > 1 else "build"
+    print(size_note(is_smoke()), flush=True)
     summary = run_tour(notebook_dir, out_dir)
     print(f"\npeagle-lab tour: {len(summary)} notebooks -> {out_dir}/ (.ipynb with outputs + .html)")
     for row in summary:

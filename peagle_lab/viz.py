@@ -121,7 +121,8 @@ def token_stream_html(result, decode, show_rejected: bool = True) -> str:
               f'bonus token: <span style="{TARGET_STYLE}">in place of a rejected draft</span> '
               f'<span style="{BONUS_STYLE}">after all drafts</span> '
               '<span style="color:#c0392b;text-decoration:line-through">rejected draft</span></div>')
-    return legend + '<div style="font-family:monospace;white-space:pre-wrap;line-height:1.6">' + "".join(parts) + "</div>"
+    mono = "font-family:monospace;white-space:pre-wrap;line-height:1.6"
+    return legend + f'<div style="{mono}">' + "".join(parts) + "</div>"
 
 
 def time_split_figure(rows: list[dict], title: str = "Where a generation's time goes") -> go.Figure:
@@ -201,7 +202,8 @@ def step_html(result, decode, index: int, context_tokens: int = 24) -> str:
     n = v["accepted"]
     why = ("all accepted, so the bonus token comes after them" if v["next_kind"] == "extra"
            else f"draft {n + 1} rejected, so the bonus token takes its place")
-    summary = f'step {index + 1} of {v["num_steps"]}: accepted {n} of {v["k"]} drafts; {why}; {n + 1} token{"s" if n else ""} this step'
+    summary = (f'step {index + 1} of {v["num_steps"]}: accepted {n} of {v["k"]} drafts; {why}; '
+               f'{n + 1} token{"s" if n else ""} this step')
     return (f'<div class="peagle-step" data-step="{index}">'
             f'<div style="font-size:90%;margin-bottom:4px"><b>{summary}</b></div>'
             f'<div style="font-family:monospace;color:#555;margin-bottom:4px">...{text(before)}</div>'

@@ -1,9 +1,10 @@
-"""Shared test builders: tiny targets and drafters made in code."""
+"""Shared test builders: tiny targets, random drafters and learnable training samples made in code."""
 import torch
 from transformers import AutoModelForCausalLM, LlamaConfig
 
 from peagle_lab.drafter import DrafterConfig, init_drafter
 from peagle_lab.target import Target
+from peagle_lab.train.data import Sample
 
 
 def random_drafter(target, *, parallel: bool, num_layers: int = 1, draft_vocab_size: int | None = None,
@@ -34,3 +35,15 @@ def tiny_target(vocab: int = 8, seed: int = 0, logit_scale: float = 1.0, head_di
         model.lm_head.weight.normal_(0, logit_scale)
         model.get_input_embeddings().weight.normal_(0, 1.0)
     return Target(model, tokenizer=None)
+
+
+def learnable_samples(n: int = 12, vocab: int = 50, seed: int = 0) -> list[Sample]:
+    """``n`` 30-token samples (prompt 5) of a repetitive "language" a drafter learns quickly: runs of an
+    arithmetic sequence mod ``vocab``."""
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for i in range(n):
+        start, step = int(torch.randint(0, vocab, (1,), generator=g)), 1 + i % 3
+        ids = (start + step * torch.arange(30)) % vocab
+        out.append(Sample(ids, prompt_len=5))
+    return out

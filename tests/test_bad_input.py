@@ -44,7 +44,8 @@ RANGES = [
     (["regenerate", "--out", "x", "--shard-size", "0"], "--shard-size", ">= 1"),
     (["regenerate", "--out", "x", "--temperature", "-1"], "--temperature", ">= 0"),
     (["train", "--data", "d", "--out", "o", "--steps", "0"], "--steps", ">= 1"),
-    (["train", "--data", "d", "--out", "o", "--set", "checkpoint_every=0"], "--set", "checkpoint_every=0: expected a whole number >= 1"),
+    (["train", "--data", "d", "--out", "o", "--set", "checkpoint_every=0"], "--set",
+     "checkpoint_every=0: expected a whole number >= 1"),
     (["train", "--data", "d", "--out", "o", "--lr", "0"], "--lr", "> 0"),
     (["train", "--data", "d", "--out", "o", "--set", "cod_ratio=1.5"], "--set", "a number in [0, 1]"),
     (["train", "--data", "d", "--out", "o", "--set", "cod_ratio=-0.1"], "--set", "a number in [0, 1]"),
@@ -136,6 +137,14 @@ COMBINED = [
     (["train", "--data", "{tmp}/data", "--out", "{tmp}/o", "--val-prompts", "2", "--set", "val_k=9"],
      ["val_k 9", "max_depth 8", "--set val_k="]),
     (["train", "--data", "{tmp}/data", "--out", "{tmp}/o", "--set", "steps=9"], ["--set steps", "use --steps"]),
+    # eval's positional drafters: FOLDER, a shipped name or LABEL=FOLDER
+    (["eval", "{tmp}/nowhere"], ["peagle-lab eval", "nowhere", "neither a drafter folder", "shipped: ",
+                                 "pass FOLDER, a shipped name or NAME=FOLDER"]),
+    (["eval", "mine={tmp}/nowhere"], ["'mine={tmp}/nowhere'", "neither a drafter folder", "NAME=FOLDER"]),
+    (["eval", "mine={tmp}"], ["neither a drafter folder (with config.json)"]),
+    (["eval", "=peagle-smollm2"], ["'=peagle-smollm2'", "label before '=' is empty", "NAME=FOLDER with a name"]),
+    (["eval", " =peagle-smollm2"], ["label before '=' is empty"]),
+    (["eval", "x=peagle-smollm2", "x=eagle-smollm2"], ["the label 'x' names two drafters", "NAME=FOLDER"]),
 ]
 
 
@@ -146,7 +155,7 @@ def test_missing_folders_and_impossible_combinations_exit_2(no_model_loads, argv
     (tmp_path / "data" / "shard-00000.pt").write_bytes(b"")   # only its name is looked at before the refusal
     monkeypatch.chdir(tmp_path)
     line = _exit_2([a.replace("{tmp}", str(tmp_path)) for a in argv], capsys)
-    assert all(part in line for part in named), line
+    assert all(part.replace("{tmp}", str(tmp_path)) in line for part in named), line
 
 
 def test_a_damaged_drafter_is_refused_before_the_target_loads(no_model_loads, tmp_path, capsys):

@@ -84,7 +84,8 @@ def _missing(reason: str):
     if os.environ.get("PEAGLE_CHROMIUM_INSTALL_FAILED"):
         pytest.skip(f"{reason}: {os.environ['PEAGLE_CHROMIUM_INSTALL_FAILED']}")
     if IN_CI:
-        pytest.fail(f"{reason}; with CI=true this is a set-up fault (.ci/run installs Debian's chromium, requirements.txt playwright)")
+        pytest.fail(f"{reason}; with CI=true this is a set-up fault (.ci/run installs Debian's chromium, "
+                    "requirements.txt playwright)")
     pytest.skip(reason)
 
 
@@ -119,7 +120,8 @@ def lab(sync_playwright, tmp_path):
     # No news or update checks (no pop-up over the screenshot, no network), no saved layout.
     settings = tmp_path / "settings" / "@jupyterlab" / "apputils-extension"
     settings.mkdir(parents=True)
-    (settings / "notification.jupyterlab-settings").write_text(json.dumps({"fetchNews": "false", "checkForUpdates": False}))
+    notifications = json.dumps({"fetchNews": "false", "checkForUpdates": False})
+    (settings / "notification.jupyterlab-settings").write_text(notifications)
     env = dict(os.environ, JUPYTERLAB_SETTINGS_DIR=str(tmp_path / "settings"),
                JUPYTERLAB_WORKSPACES_DIR=str(tmp_path / "workspaces"), JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"),
                JUPYTER_CONFIG_DIR=str(tmp_path / "config"), IPYTHONDIR=str(tmp_path / "ipython"))
@@ -221,7 +223,8 @@ def test_acceptance_widget_in_chromium(sync_playwright, lab):
                 .select_option(str(KS[1]))
             page.wait_for_function(f"() => {{ const gd = document.querySelector('.js-plotly-plot');"
                                    f" return gd && gd.data && gd.data.length && gd.data[0].x.length === {KS[1]}"
-                                   f" && gd.querySelectorAll('.barlayer .point').length === {KS[1]} * gd.data.length; }}")
+                                   f" && gd.querySelectorAll('.barlayer .point').length"
+                                   f" === {KS[1]} * gd.data.length; }}")
             (plot,) = page.evaluate(READ_PLOTS)
             _check_bars(plot, rows, KS[1])
             widget.screenshot(path=str(shots / "acceptance_widget.png"))

@@ -135,7 +135,8 @@ def test_imports_without_triton():
             "assert resolve_attention('auto', 'cuda', (64,)) == 'sdpa'\n"
             "import torch\n"
             "try:\n"
-            "    cache_attention_triton(torch.zeros(1, 1, 16), torch.zeros(1, 4, 16), torch.zeros(1, 4, 16), torch.zeros(1, dtype=torch.long))\n"
+            "    kv = torch.zeros(1, 4, 16)\n"
+            "    cache_attention_triton(torch.zeros(1, 1, 16), kv, kv, torch.zeros(1, dtype=torch.long))\n"
             "except RuntimeError as err:\n"
             "    assert 'pip install triton' in str(err), err\n"
             "else:\n"
@@ -160,8 +161,8 @@ def test_kernels_compile_for_hopper():
     cases = [(split, {"q_ptr": ptr["h"], "k_ptr": ptr["h"], "v_ptr": ptr["h"], "pos_ptr": ptr["i"], "o_ptr": ptr["f"],
                       "m_ptr": ptr["f"], "l_ptr": ptr["f"], "R": "i32", "T": "i32", "S": "i32", "scale": "fp32"},
               dict(common, IEEE=False)),
-             (combine, {"o_ptr": ptr["f"], "m_ptr": ptr["f"], "l_ptr": ptr["f"], "pos_ptr": ptr["i"], "out_ptr": ptr["h"],
-                        "R": "i32", "T": "i32"}, dict(common, NBLK=13, ALL_BLOCKS=False))]
+             (combine, {"o_ptr": ptr["f"], "m_ptr": ptr["f"], "l_ptr": ptr["f"], "pos_ptr": ptr["i"],
+                        "out_ptr": ptr["h"], "R": "i32", "T": "i32"}, dict(common, NBLK=13, ALL_BLOCKS=False))]
     for fn, sig, consts in cases:
         sig = dict(sig, **{name: "constexpr" for name in consts})
         try:
@@ -191,7 +192,8 @@ def test_static_target_triton_equals_transformers():
 
 
 def test_generate_fast_triton_equals_ar():
-    """Random drafters (accept ~nothing) and the tiny model: every method equals AR, stats equal the teaching engine's."""
+    """Random drafters (accept ~nothing) and the tiny model: every method equals AR, stats equal the teaching
+    engine's."""
     tiny = tiny_target(vocab=50, head_dim=16)
     prompt = [1, 5, 9, 2, 7, 3]
     ref = generate(tiny, prompt, method="ar", max_new_tokens=16, stop_at_eos=False).tokens
@@ -206,7 +208,8 @@ def test_generate_fast_triton_equals_ar():
         assert out.acceptance.to_dict() == teach.acceptance.to_dict(), method
     from peagle_lab.engines.fast import engine as fe
     drafting = [e for key, e in fe._ENGINES[tiny].items() if key[-1].attention == "triton" and e.drafter is not None]
-    assert len(drafting) == 2 and all(e.dcache.attend == e.dcache._attend for e in drafting)   # the drafters' layers too
+    # the drafters' layers too
+    assert len(drafting) == 2 and all(e.dcache.attend == e.dcache._attend for e in drafting)
 
 
 def test_long_prompt_mixes_sdpa_prefill_and_kernel_steps():
@@ -228,7 +231,8 @@ def test_long_prompt_mixes_sdpa_prefill_and_kernel_steps():
 @pytest.mark.parametrize("shape", SHAPES[:2])
 def test_compiled_kernel_bfloat16(shape):
     q, k, v, pos = _case(*shape, dtype=torch.bfloat16)
-    assert (cache_attention_triton(q, k, v, pos).float() - cache_attention_torch(q, k, v, pos).float()).abs().max() <= 2e-2
+    diff = cache_attention_triton(q, k, v, pos).float() - cache_attention_torch(q, k, v, pos).float()
+    assert diff.abs().max() <= 2e-2
 
 
 @cuda_only

@@ -56,7 +56,8 @@ def test_regenerate_bfloat16_writes_valid_shards(target, tmp_path, capsys):
     assert build_parser().parse_args(argv[:-2] + ["--out", "x"]).dtype == "bfloat16"
     assert build_parser().parse_args(["regenerate", "--out", "x"]).dtype == "float32"
     assert main(argv) == 0
-    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == {"out": str(tmp_path), "shards": 2, "prompts": 3}
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert json.loads(last) == {"out": str(tmp_path), "shards": 2, "prompts": 3}
     assert sorted(p.name for p in tmp_path.glob("shard-*.pt")) == ["shard-00000.pt", "shard-00001.pt"]
     raw = torch.load(tmp_path / "shard-00000.pt", weights_only=True)
     assert all(s["ids"].dtype == torch.int32 for s in raw)

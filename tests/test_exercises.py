@@ -79,7 +79,8 @@ def test_verify_sampling():
                 continue
             return i, int(torch.multinomial(p[i], 1, generator=g))
         return len(drafts), int(torch.multinomial(p[-1], 1, generator=g))
-    rejects(ex.check_verify_sampling, always_accept_p_over_q, match="must be accepted|total variation|max\\(0, p - q\\)")
+    rejects(ex.check_verify_sampling, always_accept_p_over_q,
+            match="must be accepted|total variation|max\\(0, p - q\\)")
 
 
 def test_peagle_mask():

@@ -155,7 +155,8 @@ def test_fast_random_drafters_float64():
     for method, parallel, layers in (("eagle", False, 1), ("peagle", True, 2)):
         d = random_drafter(tiny, parallel=parallel, num_layers=layers, draft_vocab_size=20, seed=3).double()
         for k in (1, 2, 5):
-            out = generate_fast(tiny, prompt, method=method, drafter=d, k=k, max_new_tokens=20, stop_at_eos=False, max_len=64)
+            out = generate_fast(tiny, prompt, method=method, drafter=d, k=k, max_new_tokens=20, stop_at_eos=False,
+                                max_len=64)
             assert out.tokens == ref, (method, k)
             teach = generate(tiny, prompt, method=method, drafter=d, k=k, max_new_tokens=20, stop_at_eos=False)
             assert out.acceptance.to_dict() == teach.acceptance.to_dict(), (method, k)
@@ -237,7 +238,8 @@ def test_prompt_buckets_share_one_pool(target, mtbench_ids, shipped_drafters):
     for prompt in (short, long, short):                                     # eager over the same padded buckets
         eager = generate_fast(target, prompt, capture=False, prompt_graphs=True, **kw)
         assert generate_fast(target, prompt, **kw).tokens == eager.tokens
-    engine = fe.fast_engine(target, "peagle", shipped_drafters["peagle"], 4, FastConfig(max_len=MAX_LEN))  # generate_fast's
+    # the engine generate_fast used
+    engine = fe.fast_engine(target, "peagle", shipped_drafters["peagle"], 4, FastConfig(max_len=MAX_LEN))
     assert engine.prompt_graphs and sorted(engine._prompt_steps) == [64, 192]
     assert all(g.captured for g in engine._prompt_steps.values())
     assert len({g.graph.pool() for g in engine._prompt_steps.values()}) == 1

@@ -19,9 +19,9 @@ def make_batch(query_lens, rejected, seed=0):
     tokens = torch.randint(1, 50_000, (n,), generator=g, dtype=torch.int32)
     positions = torch.cat([int(torch.randint(0, 1000, (1,), generator=g)) + torch.arange(L) for L in query_lens])
     bonus = torch.randint(1, 50_000, (len(query_lens),), generator=g, dtype=torch.int32)
-    return dict(target_token_ids=tokens.to(DEVICE), target_positions=positions.to(DEVICE), next_token_ids=bonus.to(DEVICE),
-                query_start_loc=qsl.to(DEVICE), query_end_loc=qel.to(DEVICE), padding_token_id=0,
-                parallel_drafting_token_id=-7)
+    return dict(target_token_ids=tokens.to(DEVICE), target_positions=positions.to(DEVICE),
+                next_token_ids=bonus.to(DEVICE), query_start_loc=qsl.to(DEVICE), query_end_loc=qel.to(DEVICE),
+                padding_token_id=0, parallel_drafting_token_id=-7)
 
 
 CASES = {
@@ -42,8 +42,9 @@ def test_kernel_equals_reference(case, k, shift, monkeypatch):
     if not shift:
         rej = [min(r, L - 1) for r, L in zip(rej, lens)]
     batch = make_batch(lens, rej, seed=k)
-    ref = copy_and_expand_eagle_inputs(**batch, num_padding_slots_per_request=k, shift_input_ids=shift, backend="torch")
-    out = copy_and_expand_eagle_inputs(**batch, num_padding_slots_per_request=k, shift_input_ids=shift, backend="triton")
+    layout = dict(num_padding_slots_per_request=k, shift_input_ids=shift)
+    ref = copy_and_expand_eagle_inputs(**batch, **layout, backend="torch")
+    out = copy_and_expand_eagle_inputs(**batch, **layout, backend="triton")
     n_in, n_req = sum(lens), len(lens)
     assert out.input_ids.numel() == n_in + n_req * (k - 1 if shift else k)
     for name in ("input_ids", "positions", "is_rejected_token_mask", "is_masked_token_mask", "new_token_indices"):

@@ -47,6 +47,14 @@ def test_no_diary_words_in_any_cell(path):
     assert not found, f"{path.name}: {found}"
 
 
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_no_dates_or_loaned_machines_in_any_cell(path):
+    """Code cells print what a learner reads too: no dates of runs, no loaned machines, anywhere."""
+    found = [m.group(0) for t in text(path) for what in ("a date", "lent machine")
+             for m in re.finditer(FORBIDDEN[what], t)]
+    assert not found, f"{path.name}: {found}"
+
+
 @pytest.mark.parametrize("name", ["01", "02", "03", "04"])
 def test_each_of_01_to_04_has_a_checked_exercise_with_a_stub(name):
     cells = text(next(p for p in NOTEBOOKS if p.name.startswith(name)))
@@ -86,3 +94,35 @@ def test_03_introduces_terms_before_use(term, definition):
     used, defined = _first(cells, term), _first(cells, definition)
     assert defined < len(cells), f"03 never introduces {term!r}"
     assert defined <= used, f"03 uses {term!r} in markdown cell {used} before introducing it in cell {defined}"
+
+
+# A term a learner meets is defined (in bold, in a markdown cell) in the first notebook that uses it, no later
+# than the cell where it first appears (a code cell's printed label counts as a use).
+TERMS = [
+    ("AR", r"\bAR\b", r"\*\*AR\*\*"),
+    ("MT-Bench", r"(?i)mt-bench", r"\*\*MT-Bench\*\*"),
+    ("draft vocabulary", r"(?i)draft[ _-]vocab", r"\*\*draft vocabulary\*\*"),
+    ("trained depth", r"(?i)trained[ _]depth", r"\*\*trained depth\*\*"),
+    ("anchor", r"(?i)\banchors?\b", r"\*\*anchor\*\*"),
+    ("CUDA graph", r"(?i)CUDA graph", r"\*\*CUDA graphs?\*\*"),
+    ("TPOT", r"(?i)\btpot\b|_tpot_", r"\*\*TPOT\*\*"),
+]
+
+
+@pytest.mark.parametrize("name, term, definition", TERMS, ids=[t[0] for t in TERMS])
+def test_terms_are_defined_where_first_used(name, term, definition):
+    first = next((p for p in NOTEBOOKS if any(re.search(term, t) for t in text(p))), None)
+    assert first is not None, f"no notebook uses {name!r}: drop it from TERMS"
+    cells = json.loads(first.read_text())["cells"]
+    used = _first(text(first), term)
+    defined = next((i for i, c in enumerate(cells)
+                    if c["cell_type"] == "markdown" and re.search(definition, "".join(c["source"]))), len(cells))
+    assert defined <= used, (f"{first.name} uses {name!r} in cell {used} but defines it (in bold) "
+                             + (f"only in cell {defined}" if defined < len(cells) else "nowhere"))
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_first_cell_links_the_glossary(path):
+    first = markdown(path)[0]
+    assert "](../docs/glossary.md)" in first, f"{path.name}: link the glossary from the first cell"
+    assert (ROOT / "docs" / "glossary.md").exists()

@@ -10,7 +10,8 @@ def _cells(path):
 
 
 def test_notebooks_exist_and_are_clean():
-    assert [p.name for p in NOTEBOOKS][:3] == ["01_sequential_eagle.ipynb", "02_parallel_drafting.ipynb", "03_training.ipynb"]
+    first = ["01_sequential_eagle.ipynb", "02_parallel_drafting.ipynb", "03_training.ipynb"]
+    assert [p.name for p in NOTEBOOKS][:3] == first
     for path in NOTEBOOKS:
         for cell in _cells(path):
             if cell["cell_type"] == "code":

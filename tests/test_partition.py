@@ -114,7 +114,8 @@ def test_packed_conversations_as_a_padded_batch_equal_one_pass(method):
     assert {"fc.weight", "layers.0.self_attn.q_proj.weight"} <= ref_grads.keys()
     for parts, grads in results[1:]:
         assert torch.allclose(ref.loss_sum, parts.loss_sum, rtol=1e-10)
-        assert parts.count == ref.count and torch.equal(parts.correct, ref.correct) and torch.equal(parts.total, ref.total)
+        assert parts.count == ref.count
+        assert torch.equal(parts.correct, ref.correct) and torch.equal(parts.total, ref.total)
         assert grads.keys() == ref_grads.keys()
         for k, g in ref_grads.items():
             rel = (g - grads[k]).norm() / g.norm().clamp_min(1e-30)
@@ -150,15 +151,17 @@ def test_flex_attention_loss_equals_dense(method):
     el = cod_sample(40, 4, 0.7, supervised=data.supervised, doc=data.doc, generator=torch.Generator().manual_seed(5))
     with torch.no_grad():
         for segments in (1, 3):
-            dense = sequence_loss(drafter, el, data, method=method, max_depth=4, num_segments=segments, attention="dense")
-            flex = sequence_loss(drafter, el, data, method=method, max_depth=4, num_segments=segments, attention="flex")
+            common = dict(method=method, max_depth=4, num_segments=segments)
+            dense = sequence_loss(drafter, el, data, **common, attention="dense")
+            flex = sequence_loss(drafter, el, data, **common, attention="flex")
             assert torch.allclose(dense.loss_sum, flex.loss_sum, rtol=1e-10)
             assert torch.equal(dense.correct, flex.correct) and dense.count == flex.count
     with pytest.raises(ValueError, match="attention backend"):
         sequence_loss(drafter, el, data, method=method, max_depth=4, attention="sdpa")
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="flex attention has a backward on CUDA only (run on the H200)")
+@pytest.mark.skipif(not torch.cuda.is_available(),
+                    reason="flex attention has a backward on CUDA only (run on the H200)")
 @pytest.mark.parametrize("method", ["peagle", "eagle"])
 def test_flex_gradients_equal_dense_on_cuda(method):
     """On a GPU, the compiled flex-attention path gives the dense path's loss and gradients, also partitioned."""

@@ -6,7 +6,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from helpers import tiny_target
+from helpers import learnable_samples, tiny_target
 from peagle_lab.checkpoint import load_drafter, save_drafter
 from peagle_lab.drafter import DrafterConfig, init_drafter, unused_token_id
 from peagle_lab.engines.drafting import draft_parallel
@@ -15,7 +15,6 @@ from peagle_lab.train.data import load_samples, regenerate_conversations
 from peagle_lab.train.loss import SeqData
 from peagle_lab.train.trainer import TrainConfig, Trainer, with_feature_noise
 from peagle_lab.train.vocab import build_draft_vocab, token_counts
-from test_training import _samples
 
 
 def test_unused_id_is_a_special_token_real_text_never_produces(target):
@@ -52,13 +51,13 @@ def test_learned_row_replaces_only_the_mask_rows():
 
 def test_training_learns_the_mask_row_and_noise_stays_out_of_evaluation(tmp_path):
     tgt = tiny_target(vocab=50)
-    ids, _ = build_draft_vocab(token_counts(_samples(), 50) + 1, 40)
+    ids, _ = build_draft_vocab(token_counts(learnable_samples(), 50) + 1, 40)
 
     def trainer(out, noise, learn=True, steps=4):
         cfg = TrainConfig(method="peagle", num_layers=1, draft_vocab_size=40, max_depth=4, steps=steps, batch_size=3,
                           max_len=30, lr=3e-3, warmup_steps=1, checkpoint_every=2, seed=1, layout="padded",
                           hidden_noise=noise, learn_mask_embedding=learn)
-        return Trainer(tgt, _samples(), cfg, out, ids, val_replies=[(list(range(5)), list(range(5, 20)))])
+        return Trainer(tgt, learnable_samples(), cfg, out, ids, val_replies=[(list(range(5)), list(range(5, 20)))])
 
     learned = trainer(tmp_path / "a", 0.0)
     start = learned.drafter.mask_embedding.detach().clone()
@@ -155,9 +154,10 @@ def test_ablation_table_schema_and_sources():
     for r in table["rows"]:
         assert {"lever", "arm", "method", "k", "num_prompts", "acceptance_length", "acceptance_per_position",
                 "second_draft_agreement", "source", "drafter_key"} <= set(r)
-        assert r["method"] in ("eagle", "peagle") and r["num_prompts"] == 80 and len(r["acceptance_per_position"]) == r["k"]
+        assert r["method"] in ("eagle", "peagle") and r["num_prompts"] == 80
+        assert len(r["acceptance_per_position"]) == r["k"]
         raw = json.loads((root / r["source"]).read_text())
-        by_k = raw.get("results_by_k")                                  # benchmarks/ablation_eval.py: several K per file
+        by_k = raw.get("results_by_k")                       # benchmarks/ablation_eval.py: several K per file
         src = by_k[str(r["k"])][r["drafter_key"]] if by_k else raw["results"][r["drafter_key"]]
         assert src["acceptance_length"] == r["acceptance_length"]
         for k, al in r.get("acceptance_length_by_k", {}).items():
@@ -203,15 +203,18 @@ def test_ablation_eval_several_k_equals_one_eval_per_k(target, tmp_path):
     spec.loader.exec_module(mod)
     out = mod.main(["peagle-smollm2", "eagle-smollm2", "--ks", "2", "4", "--num-prompts", "2", "--max-new-tokens", "12",
                     "--json", str(tmp_path / "abl.json")])
-    assert json.loads((tmp_path / "abl.json").read_text())["results_by_k"] == json.loads(json.dumps(out["results_by_k"]))
+    written = json.loads((tmp_path / "abl.json").read_text())["results_by_k"]
+    assert written == json.loads(json.dumps(out["results_by_k"]))
     prompts = [target.chat_ids(p) for p in load_prompts("mt-bench", 2)]
-    drafters = {name: drafter_for(target, method)[0] for name, method in (("peagle-smollm2", "peagle"), ("eagle-smollm2", "eagle"))}
+    drafters = {name: drafter_for(target, method)[0]
+                for name, method in (("peagle-smollm2", "peagle"), ("eagle-smollm2", "eagle"))}
     for k in (2, 4):
         replies = greedy_replies(target, prompts, k=k, max_new_tokens=12)
         alone = evaluate_drafters(target, drafters, prompts, replies, k=k, max_new_tokens=12)
         for name in drafters:
-            assert out["results_by_k"][str(k)][name]["acceptance_length"] == alone[name]["acceptance_length"], (k, name)
-            assert out["results_by_k"][str(k)][name]["acceptance_per_position"] == alone[name]["acceptance_per_position"]
+            got = out["results_by_k"][str(k)][name]
+            assert got["acceptance_length"] == alone[name]["acceptance_length"], (k, name)
+            assert got["acceptance_per_position"] == alone[name]["acceptance_per_position"]
 
 
 def test_learned_mask_row_conversion_keeps_the_drafts_and_trains_the_row(target, tmp_path):

@@ -46,7 +46,8 @@ def test_gpu_speed_compares_like_with_like():
     assert counts == {best["settings"]["num_prompts"]}, counts
     assert {r["side"] for r in best["rows"]} == {"plain", "fast"}
     for r in (r for r in best["max_autotune"] if r["side"] != "plain"):
-        assert any(p["source"] == r["source"] and p["side"] == "plain" and p["method"] == "ar" for p in best["max_autotune"])
+        assert any(p["source"] == r["source"] and p["side"] == "plain" and p["method"] == "ar"
+                   for p in best["max_autotune"])
 
 
 def test_unknown_name_lists_the_shipped_ones():

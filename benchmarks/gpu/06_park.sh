@@ -1,8 +1,15 @@
 #!/usr/bin/env bash
-# Device session B of 2026-12-01 (3rd), calls 1 and 2: park the GGUF's first two thirds and both data sets
-# (each call: tracked tree ~29 MB + one GGUF part 32.8 MB + one data archive stays under 64 MiB).
-# Call 1 carries parts/gguf.part-00 parts/data_t07.tgz; call 2 parts/gguf.part-01 parts/data.tgz.
-# A call carrying parts/nbwheels (alone: tracked tree + 28 MB) parks it as /tmp/pk/nbwheels for 21_notebooks_cuda.sh.
+# Park inputs on the GPU machine for the scripts run after it: copy what this command carries into /tmp/pk.
+# A command carries the tracked tree plus at most 64 MiB, so the GGUF (three 32.8 MB parts) and the data travel
+# over several commands, each within 30 s of the last; the measuring script's own command carries the third
+# GGUF part, which join_gguf.sh joins to the two parked here.
+#   parts/gguf.part-00, -01  -> /tmp/pk/gguf.part-0N
+#   parts/data*.tgz          -> unpacked into /tmp/pk (training shards: data/, data_t07/)
+#   parts/*.jsonl.gz         -> /tmp/pk (prompt files, e.g. sharegpt_turns.jsonl.gz for 20_recipe.sh)
+#   parts/nbwheels/          -> /tmp/pk/nbwheels (for 21_notebooks_cuda.sh; carry it alone: tree + 28 MB)
+#   parts/wheels/            -> /tmp/pk/wheels (install_wheels.sh installs them offline)
+# Run from the repository root, once per carried set, e.g. carrying parts/gguf.part-00 parts/data_t07.tgz,
+# then parts/gguf.part-01 parts/data.tgz:   bash benchmarks/gpu/06_park.sh
 set -uxo pipefail
 mkdir -p /tmp/pk
 for f in parts/gguf.part-0*; do cp "$f" /tmp/pk/; done

@@ -1,18 +1,21 @@
 #!/usr/bin/env bash
-# Next training session (after 06_park.sh x2): join and convert the GGUF, then start every run in $RUNS in the
-# background (setsid: they outlive this call and export themselves), side by side on the one GPU with the same
-# data, batch and wall time; 11_collect.sh (the next call, within 30 s) waits for their exports.
-#   RUNS="name:method:layers:mlp:vd ..."   vd "shared" = --share-lm-head (the target's output layer, full vocabulary).
-#   Run 5 (2026-12-01) used "eagle-smollm2:eagle:1:1024:4096 peagle3-smollm2:peagle:3:256:4096 peagle4-smollm2:peagle:4:256:2048".
-#   Default: run 6 (2026-12-01e), both methods with the target's head (no draft lm_head: 4.7 MB freed, 100% coverage)
-#   beside the shipped P-EAGLE shape as a control. Result (all 80 MT-Bench prompts, K=7): EAGLE-3 2.19 -> 2.30,
-#   P-EAGLE 1.94 -> 1.96 (results/device_train_2026-12-01e.json, replay_acceptance_mtbench80.json).
-#   Run 7 (2026-12-01f) measured the 16 MiB cap with RUNS="peagleL4-smollm2:peagle:4:1536:shared
-#   peagleL2-smollm2:peagle:2:1536:shared eagleL2-smollm2:eagle:2:1536:shared" (full-width MLP, 17-31 MB, not shippable;
-#   11_collect.sh brings such archives back in parts).
-# Validation AL (replayed, = the engine's at K=7 on 10 MT-Bench prompts) is logged at every checkpoint.
-# Batches grouped by length (1.5x supervised elements/s on the H200: results/train_step_grouped_h200.json).
-# Carry: parts/gguf.part-02 (parts/wheels parked by 06_park.sh)
+# Train drafters side by side on one GPU: join and convert the GGUF, then start every run in $RUNS in the
+# background (setsid: the runs outlive this command and export themselves) on the same data, batch and wall
+# time; 11_collect.sh, run next (within 30 s), waits for their exports and brings them back.
+#   RUNS="name:method:layers:mlp:vd ..."  vd "shared" = --set share_lm_head=true (the target's output layer, full
+#     vocabulary). The default trains EAGLE-3 1L and P-EAGLE 4L through the target's head beside the shipped
+#     P-EAGLE shape (results/train_target_head_h200.json). Other recorded sets:
+#     the shipped pair (results/train_shipped_pair_h200.json):
+#       RUNS="eagle-smollm2:eagle:1:1024:4096 peagle3-smollm2:peagle:3:256:4096 peagle4-smollm2:peagle:4:256:2048"
+#     drafters above the shipping size limit (results/train_capacity_h200.json; 11_collect.sh returns them in parts):
+#       RUNS="peagleL4-smollm2:peagle:4:1536:shared peagleL2-smollm2:peagle:2:1536:shared eagleL2-smollm2:eagle:2:1536:shared"
+#   TRAIN_MINUTES (13; the recorded runs used 20), BATCH (32), LR (1e-3), VAL_PROMPTS (10),
+#   CALL_SECONDS (550: how long this command holds the machine, e.g. 90 to hand over to 11_collect.sh sooner)
+# Data: /tmp/pk/data and /tmp/pk/data_t07, parked by 06_park.sh. Validation AL (replayed, = the engine's at K=7 on
+# VAL_PROMPTS MT-Bench prompts) is logged at every checkpoint. Batches are grouped by length (1.5x supervised
+# elements/s on the H200: results/train_step_grouped_h200.json).
+# Run after 06_park.sh twice; this command carries parts/gguf.part-02 (parts/wheels parked by 06_park.sh):
+#   TRAIN_MINUTES=20 CALL_SECONDS=90 bash benchmarks/gpu/10_train.sh
 set -uxo pipefail
 export PEAGLE_GGUF=${PEAGLE_GGUF:-/tmp/pk/SmolLM2-135M-Instruct.Q4_1.gguf} PEAGLE_CACHE=${PEAGLE_CACHE:-/tmp/pk/cache} PYTHONPATH=. PYTHONUNBUFFERED=1
 bash benchmarks/gpu/install_wheels.sh

@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# The call after 10_train.sh: wait (up to WAIT_SECONDS) until every run in /tmp/pk/runs.txt has exported, then bring
-# back the drafters and logs. A run still going is stopped and exported from its last checkpoint by the method of the
-# deleted 08_collect.sh (resume ignores --steps; --steps 1 exports at once; `git show 577158b:benchmarks/device/08_collect.sh`)
-# -- run that by hand if it comes to it.
-# ONLY="a b" brings back just those runs (the device returns at most 8 files a call: two calls for six drafters).
+# Run after 10_train.sh or 20_recipe.sh: wait (up to WAIT_SECONDS, default 480) until every run in /tmp/pk/runs.txt
+# has exported, then bring back the drafters (archives over 16 MiB in 15 MiB parts: join them with
+# `cat NAME.tgz.part-* > NAME.tgz`) and the logs. Run it again, each within 30 s of the last, until all runs have
+# exported. A run still going can be stopped and exported from its last checkpoint by hand
+# (`git show 577158b:benchmarks/device/08_collect.sh` shows how).
+#   ONLY="a b"          bring back just those runs (a command returns at most 8 files: two commands for six drafters)
+#   DATA_BACK="t07a"    also bring back those regenerated data folders (15 MiB parts), to train on them again
+#   WAIT_SECONDS=570 bash benchmarks/gpu/11_collect.sh
 set -uxo pipefail
 RUNS=$(cat /tmp/pk/runs.txt)
 WANT=${ONLY:-$RUNS}

@@ -1,22 +1,19 @@
 #!/usr/bin/env bash
-# The P-EAGLE recipe and its ablation (issue 16), one device window. Run after 06_park.sh x2 (which park the GGUF's
-# first two parts and parts/sharegpt_turns.jsonl.gz, ShareGPT's first 4,000 conversations as {"turns": [...]}).
-# This call (carry parts/gguf.part-02 (parts/wheels parked by 06_park.sh)): join + convert the target, then start in the background (setsid,
-# so it outlives the call) a chain that
-#   1. regenerates multi-turn data for REGEN_SECONDS with three processes side by side, every human turn answered
-#      with the target's own earlier replies in context: one greedy reply per turn (data/greedy) and two sampled at
-#      T=0.7 with other seeds (data/t07a, data/t07b);
-#   2. trains every arm in $ARMS side by side for TRAIN_MINUTES on the same data, batch and schedule;
-# then sleeps out the call.
-# First use (2026-12-01, results/device_recipe_2026-12-01g.json) failed in two ways, both fixed here: shards of 128
-# conversations regenerated turn by turn made generate calls of <= 128 sequences (1.2 conversations/s, 1,369 samples
-# in 300 s; shards of 1,024 batch each turn 512 wide, and each turn is saved when done), and the mixed folder's links were not named shard-*.pt, so
-# only the greedy-only arm found data. 11_collect.sh (next calls, within 30 s) brings the exports and logs back.
-# Second use (results/device_recipe_2026-12-01h.json): one shard of all 4,000 conversations with three processes side by
-# side saved nothing in 300 s; one process with shards of 512 made ~15 samples/s. Now: shards of 512, <= 256 new
-# tokens, the three regenerations one after another, or DATA_TGZ (below) to skip regeneration.
+# The P-EAGLE recipe and its ablation on one GPU. Run after 06_park.sh twice (parking the GGUF's first two parts
+# and parts/sharegpt_turns.jsonl.gz, ShareGPT's first 4,000 conversations as {"turns": [...]}); this command
+# carries parts/gguf.part-02 (parts/wheels parked by 06_park.sh). It joins and converts the target, then starts in
+# the background (setsid, so it outlives the command) a chain that
+#   1. regenerates multi-turn data for REGEN_SECONDS (300), one process at a time, every human turn answered with
+#      the target's own previous replies in context: one greedy reply per turn (data/greedy) and two sampled at
+#      T=0.7 with other seeds (data/t07a, data/t07b); shards of SHARD (512) conversations, <= MAX_NEW (256) tokens;
+#   2. trains every arm in $ARMS side by side for TRAIN_MINUTES (12) on the same data, batch and schedule;
+# then holds the machine until CALL_SECONDS (540). 11_collect.sh (the next commands, within 30 s) brings the
+# exports and logs back.
 #   ARMS="name|method|data|flags"  data: all (greedy + both sampled) or greedy. An arm's flags come last, so they
 #   override the shared ones (--lr 3e-4 --init-from peagle_lab/drafters/peagle-smollm2: a fine-tuning arm).
+#   DATA_TGZ=benchmarks/gpu/data/recipe_greedy_4119.tgz REGEN_SECONDS=0: train on the recorded multi-turn data;
+#   REGEN_SETS="t07a t07b" with DATA_TGZ: regenerate only the sampled replies, beside the archive's greedy ones.
+#   bash benchmarks/gpu/20_recipe.sh
 set -uxo pipefail
 export PEAGLE_GGUF=${PEAGLE_GGUF:-/tmp/pk/SmolLM2-135M-Instruct.Q4_1.gguf} PEAGLE_CACHE=${PEAGLE_CACHE:-/tmp/pk/cache} PYTHONPATH=. PYTHONUNBUFFERED=1
 bash benchmarks/gpu/install_wheels.sh
@@ -24,7 +21,7 @@ bash benchmarks/gpu/join_gguf.sh || exit 1
 python -c "from peagle_lab.assets import resolve_target; print(resolve_target(None))" 2>&1 | tail -n 1
 rm -rf /tmp/pk/code && mkdir -p /tmp/pk/code && cp -r peagle_lab /tmp/pk/code/
 [ -f /tmp/pk/sharegpt_turns.jsonl.gz ] && gunzip -c /tmp/pk/sharegpt_turns.jsonl.gz > /tmp/pk/sharegpt_turns.jsonl
-# DATA_TGZ=benchmarks/gpu/data/recipe_greedy_4119.tgz REGEN_SECONDS=0: train on data regenerated earlier (folders
+# DATA_TGZ=benchmarks/gpu/data/recipe_greedy_4119.tgz REGEN_SECONDS=0: train on the recorded data (folders
 # data/greedy, gB, gC, gD of greedy multi-turn replies), no regeneration; "greedy" arms then see data/greedy alone.
 [ -n "${DATA_TGZ:-}" ] && tar xzf "$DATA_TGZ" -C /tmp/pk
 P="--num-layers 4 --set intermediate_size=384 --set share_lm_head=true --set max_depth=8 --set cod_ratio=0.8"
@@ -40,7 +37,7 @@ set -x
 cd /tmp/pk/code
 export PEAGLE_GGUF=$PEAGLE_GGUF PEAGLE_CACHE=$PEAGLE_CACHE PYTHONUNBUFFERED=1
 R="python -m peagle_lab regenerate --prompts /tmp/pk/sharegpt_turns.jsonl --all-turns --num-prompts 4000 --max-prompt-tokens 640 --max-new-tokens ${MAX_NEW:-256} --batch-size 512 --shard-size ${SHARD:-512} --device cuda"
-# one process at a time (several on one GPU do not add up: 2026-12-01h), an equal share of REGEN_SECONDS each;
+# one process at a time (several on one GPU do not add up), an equal share of REGEN_SECONDS each;
 # REGEN_SETS="t07a t07b" with DATA_TGZ: only the sampled replies, beside the archive's greedy ones (the x3 data arm)
 for set in ${REGEN_SETS:-greedy t07a t07b}; do
   [ ${REGEN_SECONDS:-300} -gt 0 ] || break

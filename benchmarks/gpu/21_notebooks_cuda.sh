@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# Notebooks 01-04 under nbmake on the H200 with device=cuda, at CI sizes (PEAGLE_SMOKE=1), on a machine with
-# no network. Calls 1-3: 06_park.sh carrying parts/gguf.part-00, then parts/gguf.part-01, then parts/nbwheels
-# (the notebook/nbmake wheels the GPU image lacks plus a 64-conversation ShareGPT stand-in; README.md says
-# how to make it). Call 4, this script. Carry: parts/gguf.part-02 (parts/wheels parked by 06_park.sh)
-# Reads /tmp/pk (the GGUF, the converted target and drafters in /tmp/pk/cache) and writes nothing there
-# (it joins the GGUF only when missing, as 13_eval_gpu.sh does): notebook 03's data and run, and anything
-# else a notebook caches, go to /tmp/nbcache, which links /tmp/pk/cache's entries in.
-# Writes $OUT/notebooks_cuda_h200.log (install, versions, pytest -v with --durations=0), a junit XML per notebook and
-# the executed notebooks (.tgz). NB_SECONDS: start no notebook after it; NB_TIMEOUT bounds each; PEAGLE_GPU_* shrink 02's live CUDA benchmark.
+# Notebooks 01-04 under nbmake on a GPU with device=cuda, at CI sizes (PEAGLE_SMOKE=1), on a machine with no
+# network. Run after 06_park.sh has parked parts/gguf.part-00, parts/gguf.part-01 and parts/nbwheels (the
+# notebook/nbmake wheels the GPU image lacks plus a 64-conversation ShareGPT stand-in; README.md says how to make
+# it), one command each; this command carries parts/gguf.part-02 (parts/wheels parked by 06_park.sh).
+# Reads /tmp/pk (the GGUF, the converted target and drafters in /tmp/pk/cache) and writes nothing there (it joins
+# the GGUF only when missing, as 13_eval_gpu.sh does): notebook 03's data and run, and anything else a notebook
+# caches, go to /tmp/nbcache, which links /tmp/pk/cache's entries in.
+# Writes $OUT/notebooks_cuda_h200.log (install, versions, pytest -v with --durations=0), a junit XML per notebook
+# and the executed notebooks (.tgz). NOTEBOOKS="02 03" runs some of them; NB_SECONDS (400): start no notebook after
+# it; NB_TIMEOUT (240) bounds each; PEAGLE_GPU_* shrink 02's live CUDA benchmark.
+#   bash benchmarks/gpu/21_notebooks_cuda.sh
 set -uxo pipefail
 export PEAGLE_GGUF=${PEAGLE_GGUF:-/tmp/pk/SmolLM2-135M-Instruct.Q4_1.gguf} PEAGLE_CACHE=${PEAGLE_CACHE:-/tmp/nbcache} PYTHONUNBUFFERED=1
 NBW=/tmp/pk/nbwheels; [ -d "$NBW" ] || NBW=parts/nbwheels
@@ -39,9 +41,9 @@ for d in /tmp/pk/cache/targets/* /tmp/pk/cache/drafters/*; do
 done
 ls -l /tmp/nbcache/targets /tmp/nbcache/drafters
 
-# One pytest per notebook, so a failure's traceback is logged before the next one starts (first use, 2026-12-01:
-# one pytest over all four was killed at its time limit during 03, and 02's FAILED came without its traceback).
-# NOTEBOOKS="02" re-runs some of them (after a fix) in a later call.
+# One pytest per notebook, so a failure's traceback is logged before the next one starts (one pytest over all
+# four can reach its time limit inside a notebook and lose the tracebacks of those before it).
+# NOTEBOOKS="02" runs some of them.
 for nb in $(for n in ${NOTEBOOKS:-01 02 03 04}; do ls notebooks/${n}_*.ipynb; done); do
   [ "$SECONDS" -lt "${NB_SECONDS:-400}" ] || { echo "SKIPPED $nb: NB_SECONDS=${NB_SECONDS:-400} reached" | tee -a "$LOG"; continue; }
   timeout -k 10 "${NB_TIMEOUT:-240}" python -m pytest -v -p no:cacheprovider --nbmake --nbmake-timeout=230 \

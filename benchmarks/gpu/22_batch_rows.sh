@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Batched rows on one GPU, from the repository root, in <= $TOTAL_S (540) s, after 06_park.sh twice (carrying only
 # parts/gguf.part-00, then -01; this call carries parts/gguf.part-02 (parts/wheels parked by 06_park.sh)):
-#   1. the CUDA tests of the batched engine (tests/test_batch_engine.py: the compiled Triton kernel, never the
+#   1. the CUDA tests of the batched engine (tests/test_batched.py: the compiled Triton kernel, never the
 #      interpreter; each request's greedy output, drafts and acceptance in a batch == alone == AR; bench's batch rows on
 #      CUDA) and the kernel (tests/test_kernels.py: the compiled kernel == its torch reference);
 #   2. `peagle-lab bench --device cuda` (--engine auto) with --methods ar,eagle,peagle and the shipped drafters at K in
@@ -39,7 +39,7 @@ echo "== target ready at ${SECONDS} s"
 if [ "${RUN_TESTS:-1}" = 1 ]; then
   T=$(left 110 330)
   PEAGLE_TEST_DEVICE=$DEVICE timeout "$T" python -m pytest -q -p no:cacheprovider -rs --durations=8 \
-    tests/test_batch_engine.py tests/test_kernels.py > "$OUT/batch_rows_tests.log" 2>&1
+    tests/test_batched.py tests/test_kernels.py > "$OUT/batch_rows_tests.log" 2>&1
   echo "== tests (rc $?, limit $T s) done at ${SECONDS} s"; tail -n 14 "$OUT/batch_rows_tests.log"
 fi
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The fast engine's variants -- steps fused by torch.compile, the Triton cache attention, or both -- against the
 # plain engine (compile off, SDPA attention), on one GPU, from the repository root, in <= $TOTAL_S s:
-#   1. tests/test_fast_compile.py and tests/test_cache_attention.py on CUDA (compiled + captured steps: logits ==
+#   1. tests/test_fast_graphs.py and tests/test_cache_attention.py on CUDA (compiled + captured steps: logits ==
 #      eager, greedy == AR; the compiled attention kernels == SDPA, lossless greedy inside graphs);
 #   2. `bench --engine fast` plain: AR, EAGLE-3 and P-EAGLE at K in $KS, $NUM_PROMPTS spread MT-Bench
 #      prompts x $MAX_NEW tokens, T=0, batch 1, $DTYPE, per-step time split and launch / memory floors;
@@ -10,18 +10,17 @@
 #      report each engine's compile_s;
 #   4. `pair`: a row pair per (variant, method, K) with tokens/s and per-step verify / draft / host ratios;
 #   5. PROFILE=1: benchmarks/gpu/step_profile.py for plain and every variant (kernels per step, by family).
-# Measured 2026-12-02 (results/fused_engine_h200.json): the first call on a machine compiles for 27-36 s per (method,
-# K) (fused_engine_h200_coldcache.json: the budget cut its compiled phases short); a second call reuses inductor's
-# disk cache. Then (results/fused_engine_h200_{attention_k7,attention_k5,best_k5,fp32,best_k3k7}.json, five calls in
-# one window): +triton and the prompt pass without cuDNN took AR to 845-856 tok/s (948 with max-autotune), best
-# P-EAGLE 1.02x best EAGLE-3; next run VARIANTS=default+triton,default+triton+pgraph (the captured prompt pass).
+# A machine's first compile takes 27-36 s per (method, K); later commands on the same machine reuse inductor's
+# disk cache, so give the first command a larger TOTAL_S or fewer KS. The recorded fastest default
+# (results/fused_engine_h200_pgraph_k3k7.json): VARIANTS=default+triton+pgraph KS=3,7.
 # Every bench phase has a time budget: rows report the prompts actually run (the first prompt always runs).
 # Raw JSON: $OUT/fused_engine_h200.json (+ the per-phase parts and logs).
-# Needs the GGUF parked first (README.md: 06_park.sh with gguf.part-00, then -01; this call carries
+# Needs the GGUF parked first (README.md: 06_park.sh with gguf.part-00, then -01; this command carries
 # parts/gguf.part-02 (parts/wheels parked by 06_park.sh)).
 # Plumbing dry run on a CPU (PEAGLE_GGUF / PEAGLE_CACHE set to your GGUF and cache; compiling the 30-layer
-# target's AR step on a 2-core CPU took 25 s, AR + EAGLE-3 + P-EAGLE at one K ~70 s):
-#   DEVICE=cpu RUN_TESTS=0 DTYPE=float32 KS=2 AR_CHECK=1 NUM_PROMPTS=1 MAX_NEW=16 OUT=/tmp/o bash benchmarks/gpu/23_fused_engine.sh
+# target's AR step on a 2-core CPU takes ~25 s, AR + EAGLE-3 + P-EAGLE at one K ~70 s):
+#   DEVICE=cpu RUN_TESTS=0 DTYPE=float32 KS=2 AR_CHECK=1 NUM_PROMPTS=1 MAX_NEW=16 OUT=/tmp/o \
+#     bash benchmarks/gpu/23_fused_engine.sh
 set -uo pipefail
 export PEAGLE_GGUF=${PEAGLE_GGUF:-/tmp/pk/SmolLM2-135M-Instruct.Q4_1.gguf} PEAGLE_CACHE=${PEAGLE_CACHE:-/tmp/pk/cache}
 export PYTHONPATH=. PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
@@ -30,8 +29,8 @@ export AR_CHECK=${AR_CHECK:-3}                    # prompts on which compiled an
 # variants to compare with plain (compile off, SDPA attention), each against the same plain phase: an inductor mode
 # (default, max-autotune-no-cudagraphs) or plain, with +triton for the Triton cache attention (--attention triton)
 # and/or +nocudnn for SDPA without its cuDNN backend (prompt pass and steps), +pgraph for the prompt's pass in
-# captured 64-token-bucket graphs (plain: eager, SDPA without cuDNN since 2026-12-02), e.g.
-# VARIANTS=plain+triton,plain+nocudnn,default+triton. COMPILE_MODES (older name) is read when VARIANTS is unset.
+# captured 64-token-bucket graphs (plain: eager, SDPA without cuDNN), e.g.
+# VARIANTS=plain+triton,plain+nocudnn,default+triton. COMPILE_MODES is read when VARIANTS is unset.
 VARIANTS=${VARIANTS:-${COMPILE_MODES:-default}}
 DTYPE=${DTYPE:-bfloat16}
 TOTAL_S=${TOTAL_S:-420}
@@ -59,7 +58,7 @@ echo "== target ready at ${SECONDS} s"
 if [ "${RUN_TESTS:-1}" = 1 ]; then
   T=$(left ${TESTS_S:-150} 290)                 # the compiled tests compile once per shape: ~30 s each on a cold cache
   PEAGLE_TEST_DEVICE=${DEVICE:-cuda} timeout "$T" python -m pytest -q -p no:cacheprovider -rs --durations=8 \
-    tests/test_fast_compile.py tests/test_cache_attention.py > "$OUT/fused_engine_tests.log" 2>&1
+    tests/test_fast_graphs.py tests/test_cache_attention.py > "$OUT/fused_engine_tests.log" 2>&1
   echo "== tests (rc $?, limit $T s) done at ${SECONDS} s"; tail -n 12 "$OUT/fused_engine_tests.log"
 fi
 

@@ -1,10 +1,13 @@
-"""Where a batched teaching-engine step spends its time on a GPU (written 2026-12-02 when batch 8 of 16
-MT-Bench prompts x 256 tokens did not finish in 160 s on the H200, so the batch rows never came back).
+"""Where a batched teaching-engine step spends its time on a GPU: for a batch that runs far slower than
+its batch size predicts, which part of the step (drafting, verifying, host bookkeeping, sync points) grows.
 
 For B in $BATCH_SIZES and each method: wall time of generate_batch on B spread MT-Bench prompts x $MAX_NEW
 tokens (after one warm-up), its StepTimes split, steps, and for one configuration a cProfile of the call
 (top functions by own time; on CUDA the sync points show as the functions that wait).
-Usage: python benchmarks/gpu/24_batch_profile.py  [env: BATCH_SIZES="8 32" MAX_NEW=64 DTYPE=bfloat16 PROFILE=peagle:8]
+Writes $OUT/batch_profile.json (recorded as results/batch_profile_h200_cudnn.json). From the repository root,
+with the target's GGUF in place (PEAGLE_GGUF; README.md):
+
+    BATCH_SIZES="8 32" MAX_NEW=64 DTYPE=bfloat16 PROFILE=peagle:8 python benchmarks/gpu/24_batch_profile.py
 """
 import cProfile
 import io

@@ -1,28 +1,29 @@
 #!/usr/bin/env bash
-# Issue 20: drafter training under torchrun (DDP) on two GPUs over NCCL, against one GPU. The same command serves every
-# call of a session; what a call does depends on what it carries and on what earlier calls parked in /tmp/pk:
-#   call 1, carry parts/gguf.part-00: parks it, then the DDP tests on CUDA (tests/test_training.py -k "two_process or
-#          init_distributed": one step's all-reduced gradients on 2 processes == the one-process gradient of the same
-#          global batch, and 4 steps of 2 processes == 4 steps of one): with 2+ GPUs over NCCL (a GPU per process) and
-#          again as two processes sharing GPU 0 over gloo; with one GPU the gloo run alone. 2-4 minutes.
-#          Back: tests-*.log and grad_oracle.jsonl (the measured gradient differences).
-#   call 2, carry parts/gguf.part-01: parks it (and runs the tests if no earlier call on this machine did). Seconds.
-#   call 3, carry parts/gguf.part-02 parts/wheels/gguf-0.19.0-py3-none-any.whl (the tree + one GGUF part leave ~1.7 MB
-#          of the 64 MiB: not the whole parts/wheels): joins and converts the target, then trains the P-EAGLE recipe on the
-#          regenerated data in benchmarks/gpu/data/recipe_greedy_4119.tgz (data/greedy + gC + gD, 4,119 samples; gB is
-#          the unused 512) for STEPS (300) steps of 32 conversations, checkpoints every STEPS/2:
-#            a. on one GPU (one process);
-#            b. torchrun --nproc-per-node 2 (NCCL, a GPU each), stopped after STEPS/2 (--stop-after; rank 0 writes the
-#               checkpoint), then
-#            c. the same command again: resumes from that checkpoint on 2 GPUs and runs to STEPS.
-#          With one GPU, b and c run as two gloo processes sharing it (PEAGLE_DIST_BACKEND=gloo: the DDP code path and
-#          resume, no scaling figure) and the two-GPU command is printed and recorded as not run.
-#          Back: ddp_<N>gpu.json (loss curves, steps/s, scaling efficiency, peak memory per GPU, resume, the tests'
-#          gradient figures) and ddp_logs.tgz. Stays within CALL_S (535 s) with per-leg timeouts.
-# Make the calls within 30 s of each other (an idle machine is given back) and all on one kind: nvidia-h200-x2 when
-# status lists it, else nvidia-h200 (another kind starts a bare machine, and what was parked is lost).
-# STAGE=tests|train forces a stage; STEPS, BATCH, MAX_LEN, LEG1_S, LEG2_S, CALL_S tune the training call. A dry run of
-# call 3 on a CPU (no GGUF parts): PK=/tmp/ddp-dry PEAGLE_GGUF=<the local .gguf> PEAGLE_CACHE=~/.cache/peagle-lab
+# Drafter training under torchrun (DDP) on two GPUs over NCCL, against one GPU. The same command serves every
+# step of the sequence; what it does depends on what it carries and on what is already parked in $PK (/tmp/pk):
+#   1. carry parts/gguf.part-00: parks it, then the DDP tests on CUDA (tests/test_trainer.py -k "two_process or
+#      init_distributed": one step's all-reduced gradients on 2 processes == the one-process gradient of the same
+#      global batch, and 4 steps of 2 processes == 4 steps of one): with 2+ GPUs over NCCL (a GPU per process) and
+#      again as two processes sharing GPU 0 over gloo; with one GPU the gloo run alone. 2-4 minutes.
+#      Back: tests-*.log and grad_oracle.jsonl (the measured gradient differences).
+#   2. carry parts/gguf.part-01: parks it (and runs the tests if they have not run on this machine). Seconds.
+#   3. carry parts/gguf.part-02 parts/wheels/gguf-0.19.0-py3-none-any.whl (the tree + one GGUF part leave ~1.7 MB
+#      of the 64 MiB: not the whole parts/wheels): joins and converts the target, then trains the P-EAGLE recipe on
+#      the regenerated data in benchmarks/gpu/data/recipe_greedy_4119.tgz (data/greedy + gC + gD, 4,119 samples; gB
+#      is the unused 512) for STEPS (300) steps of 32 conversations, checkpoints every STEPS/2:
+#        a. on one GPU (one process);
+#        b. torchrun --nproc-per-node 2 (NCCL, a GPU each), stopped after STEPS/2 (--stop-after; rank 0 writes the
+#           checkpoint), then
+#        c. the same command again: resumes from that checkpoint on 2 GPUs and runs to STEPS.
+#      With one GPU, b and c run as two gloo processes sharing it (PEAGLE_DIST_BACKEND=gloo: the DDP code path and
+#      resume, no scaling figure) and the two-GPU command is printed and recorded as not run.
+#      Back: ddp_<N>gpu.json (loss curves, steps/s, scaling efficiency, peak memory per GPU, resume, the tests'
+#      gradient figures) and ddp_logs.tgz. Stays within CALL_S (535 s) with per-leg timeouts.
+# Run the three within 30 s of each other (an idle machine is given back) and all on one machine kind:
+# nvidia-h200-x2 where it is offered, else nvidia-h200 (another kind starts a bare machine without the parked parts).
+#   bash benchmarks/gpu/30_ddp.sh
+# STAGE=tests|train forces a stage; STEPS, BATCH, MAX_LEN, LEG1_S, LEG2_S, CALL_S tune the training step. A dry run
+# of step 3 on a CPU (no GGUF parts): PK=/tmp/ddp-dry PEAGLE_GGUF=<the local .gguf> PEAGLE_CACHE=~/.cache/peagle-lab
 # STAGE=train DEVICE=cpu STEPS=4 BATCH=2 MAX_LEN=128 bash benchmarks/gpu/30_ddp.sh
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1   # the machine's rule: no NVLink multicast
@@ -46,11 +47,11 @@ if [ "$STAGE" = auto ]; then
 fi
 echo "stage: $STAGE"
 
-# ------------------------------------------------------------------ the DDP tests on CUDA (calls 1-2)
+# ------------------------------------------------------------------ the DDP tests on CUDA (steps 1-2)
 run_tests() {                       # LABEL [VAR=value ...]
   local label=$1; shift
   env "$@" PEAGLE_TEST_DEVICE=cuda PEAGLE_DDP_REPORT="$W/grad_oracle.jsonl" timeout "${TEST_S:-230}" \
-    python -m pytest -q -p no:cacheprovider -rA --durations=5 tests/test_training.py -k "two_process or init_distributed" \
+    python -m pytest -q -p no:cacheprovider -rA --durations=5 tests/test_trainer.py -k "two_process or init_distributed" \
     > "$W/tests-$label.log" 2>&1
   echo "$label rc=$?" | tee -a "$W/tests.rc"
   tail -n 14 "$W/tests-$label.log"
@@ -74,7 +75,7 @@ if [ "$STAGE" = tests ]; then
   exit 0
 fi
 
-# ------------------------------------------------------------------ training legs (call 3)
+# ------------------------------------------------------------------ training legs (step 3)
 bash benchmarks/gpu/install_wheels.sh
 [ -f "$PEAGLE_GGUF" ] || cat "$PK/gguf.part-00" "$PK/gguf.part-01" "$PK/gguf.part-02" > "$PEAGLE_GGUF"
 python -c "from peagle_lab.assets import resolve_target; print(resolve_target(None))" 2>&1 | tail -n 1
@@ -139,7 +140,7 @@ one, two = load("run-1gpu"), load("run-2proc")
 legs = [json.loads(x) for x in (W / "legs.jsonl").read_text().splitlines()] if (W / "legs.jsonl").exists() else []
 rec = {
     "what": "issue 20: P-EAGLE recipe under torchrun DDP (2 processes) vs one GPU, same steps and data; stop + resume on 2 processes",
-    "script": "benchmarks/gpu/30_ddp.sh (call 3; calls 1-2 parked the GGUF and ran the DDP tests on CUDA)",
+    "script": "benchmarks/gpu/30_ddp.sh (step 3; steps 1-2 parked the GGUF and ran the DDP tests on CUDA)",
     "machine": {"gpus": ngpu, "names": [torch.cuda.get_device_name(i) for i in range(ngpu)], "torch": torch.__version__,
                 "cuda": torch.version.cuda, "nccl": ".".join(map(str, torch.cuda.nccl.version())) if ngpu else None},
     "mode": mode,

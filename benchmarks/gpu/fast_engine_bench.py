@@ -9,9 +9,10 @@ phase keeps the others' results.
     python benchmarks/gpu/fast_engine_bench.py merge --out fast_engine_h200.json part_*.json
     python benchmarks/gpu/fast_engine_bench.py pair --out fused_engine_h200.json part_plain.json part_fused*.json
 
-Environment: KS (default 1,2,3,4,5,6,7,8), METHODS (ar,eagle,peagle), NUM_PROMPTS (12, spread over MT-Bench), MAX_NEW (256),
-HF_PROMPTS (3; 0 skips the reference), AR_CHECK (0; N: a bench phase also
-keeps the greedy AR tokens of the first N prompts, for `pair`), DEVICE (cuda; cpu for a dry run of the plumbing).
+Environment: KS (default 1,2,3,4,5,6,7,8), METHODS (ar,eagle,peagle), NUM_PROMPTS (12, spread over
+MT-Bench), MAX_NEW (256), HF_PROMPTS (3; 0 skips the reference), AR_CHECK (0; N: a bench phase also
+keeps the greedy AR tokens of the first N prompts, for `pair`), DEVICE (cuda; cpu for a dry run of the
+plumbing).
 """
 from __future__ import annotations
 
@@ -79,11 +80,13 @@ def cmd_bench(args) -> dict:
     if args.no_cudnn_sdpa:                          # SDPA picks among flash / efficient / math instead
         torch.backends.cuda.enable_cudnn_sdp(False)
     target = Target.load(None, dtype=DTYPES[args.dtype], device=DEVICE)
-    tag = (f"{args.dtype}{' compiled' if args.compile else ''}{'' if args.compile in (True, False) else ' ' + args.compile}"
-           f"{' triton-attention' if args.attention == 'triton' else ''}{' no-cudnn-sdpa' if args.no_cudnn_sdpa else ''}"
+    tag = (f"{args.dtype}{' compiled' if args.compile else ''}"
+           f"{'' if args.compile in (True, False) else ' ' + args.compile}"
+           f"{' triton-attention' if args.attention == 'triton' else ''}"
+           f"{' no-cudnn-sdpa' if args.no_cudnn_sdpa else ''}"
            f"{' prompt-graphs' if args.prompt_graphs else ''}")
-    print(f"[{tag}] target loaded in {time.time() - t0:.1f} s; {METHODS} K={KS}, {NUM_PROMPTS} prompts x {MAX_NEW} tokens",
-          flush=True)
+    print(f"[{tag}] target loaded in {time.time() - t0:.1f} s; {METHODS} K={KS}, "
+          f"{NUM_PROMPTS} prompts x {MAX_NEW} tokens", flush=True)
     result = run_bench(BenchSpec(methods=METHODS, ks=KS, prompts="mt-bench", num_prompts=NUM_PROMPTS, spread=True,
                                  max_new_tokens=MAX_NEW, engine="fast", keep_going=True,
                                  time_budget_s=None if args.budget is None else args.budget - (time.time() - STARTED)),
@@ -231,8 +234,11 @@ def _same_tokens(runs: list[dict], mode: str = "default") -> dict | None:
     fused = next((r["ar_tokens"] for r in runs if "ar_tokens" in r and _mode(r["settings"]) == mode), None)
     if plain is None or fused is None:
         return None
-    first = [next((i for i, (a, b) in enumerate(zip(p, f)) if a != b), None if len(p) == len(f) else min(len(p), len(f)))
-             for p, f in zip(plain, fused)]
+    def first_difference(p: list[int], f: list[int]) -> int | None:
+        at_end = None if len(p) == len(f) else min(len(p), len(f))
+        return next((i for i, (a, b) in enumerate(zip(p, f)) if a != b), at_end)
+
+    first = [first_difference(p, f) for p, f in zip(plain, fused)]
     return {"prompts": len(first), "identical": sum(i is None for i in first), "first_difference_at": first}
 
 
@@ -262,8 +268,9 @@ def cmd_pair(args) -> dict:
         merged["ar_plain_vs_compiled_by_mode"] = {mode: _same_tokens(runs, mode) for mode in modes}
     for p in merged["pairs"]:
         tps = [f"{(p[side] or {}).get('tokens_per_s') or 0:8.1f}" for side in ("plain", "compiled")]
-        print(f"[pair {p['mode']}] {p['method']:6s} k={p['k']!s:4s} tok/s off {tps[0]} on {tps[1]}  x{p.get('speedup', 0):.2f}  "
-              f"step ratios {json.dumps({k: round(v, 3) for k, v in p.get('step_ms_ratio', {}).items()})}"
+        ratios = {k: round(v, 3) for k, v in p.get('step_ms_ratio', {}).items()}
+        print(f"[pair {p['mode']}] {p['method']:6s} k={p['k']!s:4s} tok/s off {tps[0]} on {tps[1]}  "
+              f"x{p.get('speedup', 0):.2f}  step ratios {json.dumps(ratios)}"
               + (f"  NOT COMPARABLE: {p['not_comparable']}" if "not_comparable" in p else ""), flush=True)
     return merged
 
@@ -290,7 +297,7 @@ def main() -> None:
     fn = {"bench": cmd_bench, "hf-static": cmd_hf_static, "merge": cmd_merge, "pair": cmd_pair}[args.phase]
     try:
         data = fn(args)
-    except (Exception, SystemExit) as err:  # noqa: BLE001 -- the phase's error (a refused setting too) goes into its JSON
+    except (Exception, SystemExit) as err:  # noqa: BLE001 -- the phase's error (a refused setting too) goes in its JSON
         traceback.print_exc()
         print(f"[{args.phase} {args.dtype}] ERROR {type(err).__name__}: {err}", flush=True)
         data = {"error": f"{type(err).__name__}: {err}", "traceback": traceback.format_exc()[-4000:]}

@@ -1,4 +1,4 @@
-"""The teaching engine on the H200: `peagle-lab bench`'s own `run_bench`, target on CUDA.
+"""The teaching engine on a GPU: `peagle-lab bench`'s own `run_bench`, target on CUDA.
 
 Measures that the same code runs on a GPU (identical-to-AR check included) and the acceptance of
 the given drafters there. Writes $OUT/bench_h200_mtbench.json.

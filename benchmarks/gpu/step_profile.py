@@ -42,8 +42,8 @@ def kernel_events(prof) -> list[tuple[str, float]]:
 def _family(name: str) -> str:
     """A kernel name folded into a family a reader can act on."""
     n = name.lower()
-    # attention first: cuDNN's SDPA kernels carry sm90 / wgmma in their names too (the 2026-12-02 profile
-    # filed them under matmul, 0.5 ms of the AR step's 0.98 "matmul" ms); peagle_lab's own split kernels next
+    # attention first: cuDNN's SDPA kernels carry sm90 / wgmma in their names too (filed under matmul they were
+    # 0.5 ms of the AR step's 0.98 "matmul" ms on the H200); peagle_lab's own split kernels next
     for key, fam in (("triton_poi", "fused (triton)"),         # inductor's pointwise kernels, named after any op
                      ("sdpa", "attention"), ("flash", "attention"), ("fmha", "attention"), ("attention", "attention"),
                      ("_split_body", "attention (peagle triton)"), ("_combine_body", "attention (peagle triton)"),
@@ -108,7 +108,7 @@ def unseen_lengths(eng, prompt: list[int]) -> dict:
 
     if eng.prompt_graphs:                           # one bucket holds every cut: nothing would be unseen
         return {"unseen_length_note": "skipped: +pgraph pads every cut to one captured bucket"}
-    eng.prompt_skips_cudnn = False                  # the engine leaves cuDNN out of the prompt: here with it, then without
+    eng.prompt_skips_cudnn = False      # the engine leaves cuDNN out of the prompt: here with it, then without
     try:
         res = {"unseen_length_ms": timed((1, 2, 3))}
         cudnn = torch.backends.cuda.cudnn_sdp_enabled()
@@ -141,9 +141,9 @@ def main() -> None:
     ap.add_argument("--out", required=True)
     ap.add_argument("--modes", default="plain,default",
                     help="comma list of plain, default, max-autotune-no-cudagraphs, each optionally +triton (the "
-                         "target's attention by peagle_lab's Triton kernel instead of SDPA), +pgraph (the prompt's pass "
-                         "in captured bucket graphs) and/or +nocudnn (SDPA "
-                         "without its cuDNN backend), e.g. plain,plain+triton,plain+nocudnn")
+                         "target's attention by peagle_lab's Triton kernel instead of SDPA), +pgraph (the prompt's "
+                         "pass in captured bucket graphs) and/or +nocudnn (SDPA without its cuDNN backend), "
+                         "e.g. plain,plain+triton,plain+nocudnn")
     ap.add_argument("--k", type=int, default=7)
     ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
     ap.add_argument("--reps", type=int, default=20, help="profiled calls per step")
@@ -169,12 +169,13 @@ def main() -> None:
            "machine": torch.cuda.get_device_name(), "versions": {"torch": torch.__version__},
            "command": "python benchmarks/gpu/step_profile.py " + " ".join(sys.argv[1:]),
            "what": "kernels per captured step and their summed device time vs the graph's replay time",
-           "settings": {"k": args.k, "dtype": args.dtype, "reps": args.reps, "replays": args.replays, "max_len": max_len},
+           "settings": {"k": args.k, "dtype": args.dtype, "reps": args.reps, "replays": args.replays,
+                        "max_len": max_len},
            "launch_floor_us": launch_floor_us(), "rows": []}
     # prefill: the prompt's eager pass (target + P-EAGLE's first drafting) -- on the H200 it took 60-98 ms a prompt,
     # 25-37% of the compiled engine's wall time (fused_engine_h200.json's time_split_s), so it is profiled too
-    configs = [("ar", 0, "verify"), ("peagle", args.k, "verify"), ("peagle", args.k, "draft"), ("eagle", args.k, "draft"),
-               ("peagle", args.k, "prefill")]
+    configs = [("ar", 0, "verify"), ("peagle", args.k, "verify"), ("peagle", args.k, "draft"),
+               ("eagle", args.k, "draft"), ("peagle", args.k, "prefill")]
     for mode in args.modes.split(","):
         base, *extras = mode.split("+")
         attention = "triton" if "triton" in extras else "sdpa"
@@ -202,7 +203,8 @@ def main() -> None:
                     if step_name == "prefill":                            # a length not seen before: per-shape costs
                         row.update(unseen_lengths(eng, prompt))           # (library plans, allocations) show here
                 row["captured"], row["compiled"] = step.captured, step.compiled
-                row["kernel_share_of_replay"] = row["kernel_ms_per_step"] / row["replay_ms"] if row["replay_ms"] else None
+                replay = row["replay_ms"]
+                row["kernel_share_of_replay"] = row["kernel_ms_per_step"] / replay if replay else None
             except Exception as err:  # noqa: BLE001 -- recorded, the next configuration runs
                 traceback.print_exc()
                 row["error"] = f"{type(err).__name__}: {err}"
@@ -212,7 +214,8 @@ def main() -> None:
             print(f"[{mode}] {method:6s} {step_name:6s} kernels/step {row.get('kernels_per_step', 0):6.1f}  kernel ms "
                   f"{row.get('kernel_ms_per_step', 0):.3f}  replay ms {row.get('replay_ms', 0):.3f}  | {fam}"
                   + (f"  unseen lengths ms {[round(x, 1) for x in row['unseen_length_ms']]}, without cuDNN SDPA "
-                     f"{[round(x, 1) for x in row['unseen_length_ms_without_cudnn_sdpa']]}" if "unseen_length_ms" in row else "")
+                     f"{[round(x, 1) for x in row['unseen_length_ms_without_cudnn_sdpa']]}"
+                     if "unseen_length_ms" in row else "")
                   + (f"  ERROR {row['error']}" if "error" in row else ""), flush=True)
             Path(args.out).write_text(json.dumps(out, indent=1))
     print(f"wrote {args.out}")

@@ -1,4 +1,4 @@
-"""CUDA vLLM on a lent GPU: start a stage's servers together, then load them one at a time.
+"""CUDA vLLM on a GPU: start a stage's servers together, then load them one at a time.
 
     python benchmarks/gpu/vllm_cuda_sweep.py STAGE --out DIR [--budget-s 520]
 
@@ -31,9 +31,11 @@ from types import SimpleNamespace
 from peagle_lab.serving.bench import make_row, mark_identical, render_prompts, run_loads, vllm_version, write_dataset
 from peagle_lab.serving.server import ServeConfig, free_port, serve_command
 
-KV_BYTES = int(os.environ.get("KV_BYTES", 4 << 30))               # per server: 64 requests x 2,048 tokens of a 135M target fit in ~3 GB
+# per server: 64 requests x 2,048 tokens of a 135M target fit in ~3 GB
+KV_BYTES = int(os.environ.get("KV_BYTES", 4 << 30))
 DTYPE = os.environ.get("DTYPE", "bfloat16")
-MEMORY_FRACTION = float(os.environ.get("MEMORY_FRACTION", 0.05))           # only the start-up check reads it once the KV size is fixed
+# only the start-up check reads it once the KV size is fixed
+MEMORY_FRACTION = float(os.environ.get("MEMORY_FRACTION", 0.05))
 
 RUNNER = os.environ.get("RUNNER", "v1")
 STAGES = {

@@ -118,7 +118,8 @@ def _packed(device, *, req, token_ids, positions, aux, query_start_loc, query_en
     """Everything the drafter side reads, on the drafter's device, in the kernel's dtypes."""
     i32 = dict(device=device, dtype=torch.int32)
     return Packed(req=req.to(device=device, dtype=torch.long), token_ids=token_ids.to(**i32),
-                  positions=positions.to(device=device, dtype=torch.long), aux=aux.to(device=device, dtype=torch.float32),
+                  positions=positions.to(device=device, dtype=torch.long),
+                  aux=aux.to(device=device, dtype=torch.float32),
                   query_start_loc=query_start_loc.to(**i32), query_end_loc=query_end_loc.to(**i32),
                   next_token_ids=next_token_ids.to(**i32))
 
@@ -222,7 +223,8 @@ class Batch:
         return self.draft_fn(self.drafter, self.pool, self.ctx, self.req.k).cpu()
 
     def verify(self, drafts: torch.Tensor):
-        """One target pass over ``[bonus, drafts]`` of every row -> ``(n (R,), next token (R,), verify_in, out, before)``."""
+        """One target pass over ``[bonus, drafts]`` of every row
+        -> ``(n (R,), next token (R,), verify_in, out, before)``."""
         before = self.rows.lengths.clone()
         verify_in = torch.cat([self.bonus[:, None], drafts], dim=1)            # (R, K+1)
         out = self.rows.forward(verify_in, aux=self.req.spec)                  # logits (R, K+1, V)

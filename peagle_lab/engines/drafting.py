@@ -32,7 +32,8 @@ class Draft:
     probs: torch.Tensor | None        # (K, V) draft distribution over the target vocab (T > 0)
 
 
-def _pick(drafter: Eagle3Drafter, logits: torch.Tensor, temperature: float, gen) -> tuple[torch.Tensor, torch.Tensor | None]:
+def _pick(drafter: Eagle3Drafter, logits: torch.Tensor, temperature: float,
+          gen) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Draft-vocab logits (n, Vd) -> target ids (n,) and target-vocab probs (n, V) or None."""
     if temperature <= 0:
         return drafter.to_target_ids(logits.argmax(-1)), None

@@ -44,7 +44,7 @@ class Decode:
     def prefill(self, prompt_ids: list[int]) -> None:
         """The prompt through the target: the first token, and the drafter's first context."""
         self.prompt = torch.tensor(prompt_ids, device=self.target.device)               # (T,)
-        out = self.target.forward(self.prompt, self.tcache, aux=self.k > 0)            # logits (1, T, V), aux (1, T, 3H)
+        out = self.target.forward(self.prompt, self.tcache, aux=self.k > 0)   # logits (1, T, V), aux (1, T, 3H)
         self.bonus = int(choose(out.logits[0, -1].cpu(), self.temperature, self.top_p, self.gen))
         if self.k:
             self.ctx_tokens = torch.cat([self.prompt[1:], self.prompt.new_tensor([self.bonus])])   # (T,)
@@ -105,7 +105,8 @@ def generate(target: Target, prompt_ids: list[int], *, method: str = "peagle", d
                       temperature=temperature, top_p=top_p)
     eos = target.eos_token_ids if stop_at_eos else ()
     timer, t0 = StepTimer(), time.perf_counter()
-    with sdpa_without_cudnn(target.device):       # on CUDA: no per-shape cuDNN plans (each step meets a new cache length)
+    # on CUDA: no per-shape cuDNN plans (each step meets a new cache length)
+    with sdpa_without_cudnn(target.device):
         state = Decode(target, drafter, method, k, temperature, top_p, seed, eos, max_new_tokens)
         with timer("prefill"):
             state.prefill(prompt_ids)

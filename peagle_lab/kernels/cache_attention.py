@@ -56,7 +56,7 @@ def _split_body(q_ptr, k_ptr, v_ptr, pos_ptr, o_ptr, m_ptr, l_ptr, R, T, S, scal
     slots = blk * BLOCK_S + tl.arange(0, BLOCK_S)
     live_r = rows < R
     pos = tl.load(pos_ptr + rows % T, mask=live_r, other=-1)                       # (BLOCK_R,) each row's last slot
-    live_s = (slots < S) & (slots <= tl.reduce(pos, 0, _MAX))                               # (BLOCK_S,) slots anyone sees
+    live_s = (slots < S) & (slots <= tl.reduce(pos, 0, _MAX))                      # (BLOCK_S,) slots anyone sees
     q = tl.load(q_ptr + (g * R + rows[:, None]) * HD + d[None, :], mask=live_r[:, None], other=0.0)
     kv_off = (g * S + slots[:, None]) * HD + d[None, :]
     k = tl.load(k_ptr + kv_off, mask=live_s[:, None], other=0.0)                   # (BLOCK_S, HD)
@@ -123,7 +123,8 @@ def check_shapes(q: torch.Tensor, keys: torch.Tensor, positions: torch.Tensor) -
         raise ValueError("Triton's CPU interpreter computes bfloat16 dot products wrongly: on a CPU use float32 "
                          "(or float16), or attention='sdpa'")
     if q.shape[1] % positions.shape[0]:
-        raise ValueError(f"q has {q.shape[1]} rows, not a multiple of the {positions.shape[0]} positions (rows are r*T+t)")
+        raise ValueError(f"q has {q.shape[1]} rows, not a multiple of the {positions.shape[0]} positions "
+                         "(rows are r*T+t)")
     if keys.shape[0] != q.shape[0] or keys.shape[2] != hd:
         raise ValueError(f"keys {tuple(keys.shape)} do not match q {tuple(q.shape)}: expected (G, S, hd)")
 

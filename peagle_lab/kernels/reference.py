@@ -77,7 +77,8 @@ def copy_and_expand_eagle_inputs_torch(target_token_ids, target_positions, next_
         out.positions[sl] = pos
         out.is_rejected_token_mask[offset + n_valid + k: offset + total] = True
         out.is_masked_token_mask[offset + n_valid + 1: offset + n_valid + k] = True
-        out.new_token_indices[r * k: (r + 1) * k] = torch.arange(offset + n_valid, offset + n_valid + k, dtype=torch.int32)
+        first_new = offset + n_valid
+        out.new_token_indices[r * k: (r + 1) * k] = torch.arange(first_new, first_new + k, dtype=torch.int32)
         if shift_input_ids:
             out.hidden_state_mapping[start: nxt] = torch.arange(offset, offset + (nxt - start), dtype=torch.int32)
     return out

@@ -282,8 +282,8 @@ def run_vllm_bench(*, methods, ks, concurrency, prompts: str, num_prompts: int, 
     longest = max(range(len(ids)), key=lambda i: len(ids[i]))
     if len(ids[longest]) + max_new_tokens > max_model_len:
         raise ValueError(f"prompt {longest} has {len(ids[longest])} tokens; with --max-new-tokens {max_new_tokens} it "
-                         f"exceeds the server's max_model_len {max_model_len}: lower --max-new-tokens or --num-prompts, "
-                         "or raise --max-model-len")
+                         f"exceeds the server's max_model_len {max_model_len}: lower --max-new-tokens or "
+                         "--num-prompts, or raise --max-model-len")
     work = Path(workdir or tempfile.mkdtemp(prefix="peagle-vllm-bench-"))
     work.mkdir(parents=True, exist_ok=True)
     dataset = write_dataset(texts, work / "prompts.jsonl", max_new_tokens)
@@ -313,7 +313,8 @@ def run_vllm_bench(*, methods, ks, concurrency, prompts: str, num_prompts: int, 
     return {"date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             "machine": f"{platform.node()} {platform.machine()}", "engine": "vllm", "vllm_version": vllm_version(),
             "target": target_dir,
-            "settings": {"prompts": str(prompts), "num_prompts": num_prompts, "spread": spread, "max_new_tokens": max_new_tokens,
+            "settings": {"prompts": str(prompts), "num_prompts": num_prompts, "spread": spread,
+                         "max_new_tokens": max_new_tokens,
                          "temperature": temperature, "methods": methods, "k": ks, "concurrency": concurrency,
                          "dtype": dtype, "enforce_eager": enforce_eager, "max_model_len": max_model_len,
                          "model_runner": model_runner,

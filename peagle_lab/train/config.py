@@ -32,13 +32,13 @@ class TrainConfig:
     seed: int = 0
     amp_bf16: bool = True               # bf16 autocast on CUDA (the drafter)
     target_bf16: bool = True            # the target's feature pass under bf16 autocast on CUDA (fp32 ran ~8x slower)
-    layout: str = "padded"              # "padded" (the shipped drafters') | "packed" (applies num_segments): same gradient
+    layout: str = "padded"              # "padded" (the shipped drafters') | "packed" (num_segments): same gradient
     group_by_length: bool = False       # batches of similar lengths (less padding; still a random order of batches)
     val_k: int = 7                      # K of the validation AL replayed at each checkpoint (when replies are given)
     share_lm_head: bool = False         # no lm_head of its own: the target's (frozen), full vocabulary (Vd = V)
     mask_token_id: int | None = None    # P-EAGLE's mask token; None: an id real text never produces (unused_token_id)
     learn_mask_embedding: bool = True   # P-EAGLE: the mask token's embedding row is trained (the paper's Table 5)
-    hidden_noise: float = 0.0           # uniform noise in [-a, a] on the target's features while training (never at eval)
+    hidden_noise: float = 0.0           # uniform noise in [-a, a] on the target's features in training (not eval)
 
     @classmethod
     def preset(cls, name: str, **overrides) -> "TrainConfig":

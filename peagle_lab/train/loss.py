@@ -309,7 +309,8 @@ def padded_sequential_loss(drafter: Eagle3Drafter, el: Elements, data: SeqData, 
         prev_anchor = torch.where(real, cur.anchor, n)                       # padding sorts last, never a parent
     normed_all = torch.empty(len(el), outs[0].shape[-1], dtype=outs[0].dtype, device=dev)
     normed_all[torch.cat(order)] = torch.cat(outs)
-    parts = _loss_from_normed(drafter, normed_all, el, data, max_depth, torch.ones(len(el), dtype=torch.bool, device=dev))
+    every = torch.ones(len(el), dtype=torch.bool, device=dev)
+    parts = _loss_from_normed(drafter, normed_all, el, data, max_depth, every)
     if backward:
         (parts.loss_sum / (normalizer or 1.0)).backward()
         parts = LossParts(parts.loss_sum.detach(), parts.count, parts.correct, parts.total)
@@ -336,8 +337,8 @@ def sequence_loss(drafter: Eagle3Drafter, el: Elements, data: SeqData, *, method
     """
     n_el = len(el)
     if num_segments <= 1:
-        parts = element_losses(drafter, el, data, method, max_depth, torch.ones(n_el, dtype=torch.bool, device=el.anchor.device),
-                               attention)
+        every = torch.ones(n_el, dtype=torch.bool, device=el.anchor.device)
+        parts = element_losses(drafter, el, data, method, max_depth, every, attention)
         if backward:
             (parts.loss_sum / (normalizer or 1.0)).backward()
         return parts if not backward else LossParts(parts.loss_sum.detach(), parts.count, parts.correct, parts.total)

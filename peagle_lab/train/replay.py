@@ -7,8 +7,9 @@ to ``a + n + 1``. The drafts of anchor ``a`` are what the *training* graph compu
 ``(a, 0 .. K-1)`` (``tests/test_train_infer.py`` shows the two graphs agree), so one batched forward
 over the reply gives every step at once:
 
-* the per-step accepted counts (identical to the engine's, which ``tests`` check), hence AL and
-  acceptance per position in a fraction of the engine's time;
+* the per-step accepted counts, by the engine's own accept rule
+  (:func:`~peagle_lab.engines.frame.accepted_prefix`; identical to the engine's, which ``tests`` check),
+  hence AL and acceptance per position in a fraction of the engine's time;
 * the agreement per depth over *every* reply position (what a training log reports, but against the
   real next token rather than the target's best draft-vocabulary token), next to the same agreement
   over the anchors the decoding actually visited. The two differ because steps start right after a
@@ -26,6 +27,7 @@ import torch
 
 from ..compat import check_compatible
 from ..drafter import Eagle3Drafter
+from ..engines.frame import accepted_prefix
 from ..stats import AcceptanceStats
 from .cod import Elements
 from .data import Sample
@@ -102,27 +104,29 @@ def replay_acceptance(target, drafter: Eagle3Drafter, prompt_ids: list[int], rep
     logits = element_outputs(drafter, el, data, method)                       # (E, Vd)
     pred = drafter.to_target_ids(logits.argmax(-1)).cpu()
     anchor, depth = el.anchor.cpu(), el.depth.cpu()
-    # ok[a - first, d]: the draft of (a, d) equals the real token x_{a+2+d}
+    # Row i is anchor first + i. drafts[i, d]: the draft of (first + i, d), known where its real token exists;
+    # real[i, j]: the real token x_{first+i+2+j}, j = 0..K, which the target chooses at T=0 (-2 past the end).
     width = n - 1 - first
-    ok = torch.zeros(width, k, dtype=torch.bool)
+    drafts = torch.full((width, k), -1, dtype=torch.long)                  # (W, K)
     known = torch.zeros(width, k, dtype=torch.bool)
     sel = anchor >= first
     a, d = anchor[sel] - first, depth[sel]
-    tgt = anchor[sel] + 2 + depth[sel]
-    inside = tgt < n
-    ok[a[inside], d[inside]] = pred[sel][inside] == full[tgt[inside]]
+    inside = anchor[sel] + 2 + depth[sel] < n
+    drafts[a[inside], d[inside]] = pred[sel][inside].long()
     known[a[inside], d[inside]] = True
+    at = first + 2 + torch.arange(width)[:, None] + torch.arange(k + 1)    # (W, K+1) positions in full
+    real = torch.where(at < n, full[at.clamp(max=n - 1)], -2)               # (W, K+1)
+    ok = drafts == real[:, :k]                 # (W, K) the draft equals the real token (never where unknown)
+    accepted = accepted_prefix(drafts, real)   # (W,) the engine's greedy accept rule, at every anchor
 
     stats, steps, visited = AcceptanceStats(k), [], []
     stops = [i + 1 for i, t in enumerate(reply_ids[:budget]) if t in set(eos)]
     end = min([budget] + stops)                # the engine's reply length
     produced, pos = 1, 0                       # the prefill produced x_{first+1}; anchor index 0 = first
     while produced < end:
-        row = ok[pos]
         if not bool(known[pos].all()):
             raise ValueError("the reply is too short to check this step's drafts")
-        miss = (~row).nonzero()
-        nacc = int(miss[0]) if miss.numel() else k
+        nacc = int(accepted[pos])
         stats.record(nacc)
         steps.append(nacc)
         visited.append(pos)
@@ -138,7 +142,8 @@ def replay_acceptance(target, drafter: Eagle3Drafter, prompt_ids: list[int], rep
                   sum(int(t) in vocab for t in reply.tolist()), reply.numel())
 
 
-def greedy_replies(target, prompts: list[list[int]], *, k: int, max_new_tokens: int, progress: bool = False) -> list[list[int]]:
+def greedy_replies(target, prompts: list[list[int]], *, k: int, max_new_tokens: int,
+                   progress: bool = False) -> list[list[int]]:
     """The target's greedy reply to each prompt, ``k + 1`` tokens past ``max_new_tokens`` and past EOS: what
     :func:`replay_acceptance` needs to check every step's drafts (it stops at EOS as the engine does)."""
     from tqdm.auto import tqdm

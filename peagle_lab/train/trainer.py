@@ -166,7 +166,8 @@ def cod_for_conversations(data: SeqData, cfg: "TrainConfig", step: int, global_i
     for local, gid in enumerate(global_ids):
         n = int((doc == local).sum())
         g = torch.Generator().manual_seed((cfg.seed * 1_000_003 + step) * 4099 + gid)
-        el = cod_sample(n, cfg.max_depth, cfg.cod_ratio, supervised=data.supervised[offset: offset + n].cpu(), generator=g)
+        supervised = data.supervised[offset: offset + n].cpu()
+        el = cod_sample(n, cfg.max_depth, cfg.cod_ratio, supervised=supervised, generator=g)
         parts.append(Elements(el.anchor + offset, el.depth, torch.full_like(el.anchor, local)))
         offset += n
     out = parts[0]
@@ -244,7 +245,8 @@ class Trainer:
                              f"{target.vocab_size} (got {cfg.draft_vocab_size})")
         if drafter is None:
             dcfg = DrafterConfig.for_target(target, num_layers=cfg.num_layers, draft_vocab_size=cfg.draft_vocab_size,
-                                            parallel_drafting=cfg.method == "peagle", intermediate_size=cfg.intermediate_size,
+                                            parallel_drafting=cfg.method == "peagle",
+                                            intermediate_size=cfg.intermediate_size,
                                             trained_depth=cfg.max_depth if cfg.method == "peagle" else None,
                                             has_embed_tokens=False, has_lm_head=not cfg.share_lm_head,
                                             mask_token_id=cfg.mask_token_id,
@@ -252,7 +254,8 @@ class Trainer:
             drafter = init_drafter(dcfg, target, seed=cfg.seed)
             drafter.set_draft_vocab(self.draft_ids)
         else:                                           # fine-tuning: the drafter's vocabulary must be draft_ids
-            own = drafter.to_target_ids(torch.arange(drafter.cfg.draft_vocab_size, device=drafter.fc.weight.device)).cpu()
+            slots = torch.arange(drafter.cfg.draft_vocab_size, device=drafter.fc.weight.device)
+            own = drafter.to_target_ids(slots).cpu()
             if not torch.equal(own, self.draft_ids.cpu()):
                 raise ValueError("the drafter's draft vocabulary differs from draft_ids: pass its own ids "
                                  "(drafter.to_target_ids(torch.arange(Vd))) to fine-tune it")
@@ -464,7 +467,8 @@ class Trainer:
         self.drafter.eval()
         every = max(1, len(self.history) // 200)            # keep the shipped record small (and every validation row)
         rows = [r for i, r in enumerate(self.history) if i % every == 0 or "val_al" in r]
-        record = json.dumps({"config": {**asdict(self.cfg), "steps": self.total_steps}, "steps": self.step, "history": rows})
+        record = json.dumps({"config": {**asdict(self.cfg), "steps": self.total_steps}, "steps": self.step,
+                             "history": rows})
         config = vllm_config_dict(self.drafter.cfg, str(dtype).removeprefix("torch."))
         if self.drafter.mask_embedding is not None:          # materialise_for_vllm() refuses another target's table
             config[FINGERPRINT_KEY] = embedding_fingerprint(self.target.model.get_input_embeddings().weight)

@@ -50,8 +50,9 @@ class FastConfig:
         every model's head dim, prompt graphs decided by the device, ``max_len`` defaulting to ``fit``."""
         dims = (head_dim(target.config),) + tuple(d.cfg.head_dim for d in drafters if d is not None)
         cuda = torch.device(target.device).type == "cuda"
-        return replace(self, max_len=self.max_len or fit, attention=resolve_attention(self.attention, target.device, dims),
-                       prompt_graphs=(self.capture and cuda) if self.prompt_graphs is None else bool(self.prompt_graphs))
+        attention = resolve_attention(self.attention, target.device, dims)
+        prompt_graphs = (self.capture and cuda) if self.prompt_graphs is None else bool(self.prompt_graphs)
+        return replace(self, max_len=self.max_len or fit, attention=attention, prompt_graphs=prompt_graphs)
 
     def bucket(self, prompt_len: int) -> int:
         """The padded length a prompt's pass runs at (its captured graph's)."""

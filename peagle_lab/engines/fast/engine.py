@@ -194,8 +194,9 @@ class FastEngine:
                  time_split: bool = True) -> SpecResult:
         need = len(prompt_ids) + max_new_tokens + self.k + 1
         if need > self.max_len:
-            raise ValueError(f"prompt ({len(prompt_ids)} tokens) + max_new_tokens ({max_new_tokens}) + K+1 ({self.k + 1}) "
-                             f"= {need} exceeds the static cache of {self.max_len} positions: pass max_len >= {need}")
+            raise ValueError(f"prompt ({len(prompt_ids)} tokens) + max_new_tokens ({max_new_tokens}) "
+                             f"+ K+1 ({self.k + 1}) = {need} exceeds the static cache of {self.max_len} positions: "
+                             f"pass max_len >= {need}")
         run = _Run(max_new_tokens, eos, AcceptanceStats(self.k) if self.drafter is not None else None)
         timer, t0 = StepTimer(events=self.device.type == "cuda" and time_split), time.perf_counter()
         with timer("prefill"):
@@ -240,9 +241,10 @@ def fast_engine(target: Target, method: str, drafter: Eagle3Drafter | None, k: i
 
 
 @torch.inference_mode()       # capture and warm-up too: no autograd state in any static buffer
-def generate_fast(target: Target, prompt_ids: list[int], *, method: str = "peagle", drafter: Eagle3Drafter | None = None,
-                  k: int = 5, max_new_tokens: int = 128, temperature: float = 0.0, top_p: float = 1.0,
-                  seed: int | None = None, stop_at_eos: bool = True, time_split: bool = True,
+def generate_fast(target: Target, prompt_ids: list[int], *, method: str = "peagle",
+                  drafter: Eagle3Drafter | None = None, k: int = 5, max_new_tokens: int = 128,
+                  temperature: float = 0.0, top_p: float = 1.0, seed: int | None = None,
+                  stop_at_eos: bool = True, time_split: bool = True,
                   config: FastConfig | None = None, **options) -> SpecResult:
     """:func:`peagle_lab.engines.teaching.generate` over static caches and captured steps (greedy).
 

@@ -96,7 +96,8 @@ class StepGraph:
             self.compiled = self.reason is None
         self.fn = fn
         if device.type != "cuda":
-            self.reason = self.reason or f"graph capture skipped: device is {device.type}, CUDA graphs need a CUDA device"
+            self.reason = (self.reason
+                           or f"graph capture skipped: device is {device.type}, CUDA graphs need a CUDA device")
         elif not capture:
             self.reason = self.reason or "graph capture skipped: capture=False (eager launches)"
         else:

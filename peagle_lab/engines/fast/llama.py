@@ -78,15 +78,16 @@ class StaticTarget:
     or inside a captured graph (decode ``T = 1``, verify ``T = K + 1``) without a host sync.
 
     ``attention``: ``"auto"`` -- ``"triton"`` on CUDA, ``"sdpa"`` elsewhere (:func:`resolve_attention`);
-    ``"sdpa"`` -- ``F.scaled_dot_product_attention`` over all ``S`` slots with the mask; ``"triton"`` -- :func:`peagle_lab.kernels.cache_attention.cache_attention` (two small kernels whose
-    cost follows the live slots; on CPU it runs in Triton's interpreter, float32 / float16 only).
+    ``"sdpa"`` -- ``F.scaled_dot_product_attention`` over all ``S`` slots with the mask; ``"triton"`` --
+    :func:`peagle_lab.kernels.cache_attention.cache_attention` (two small kernels whose cost follows the
+    live slots; on CPU it runs in Triton's interpreter, float32 / float16 only).
     """
 
     def __init__(self, target: Target, max_len: int, attention: str = "auto"):
         cfg = target.config
         if getattr(cfg, "hidden_act", "silu") != "silu":
-            raise ValueError(f"the fast engine's Llama forward uses SiLU; this target's hidden_act is {cfg.hidden_act!r} "
-                             "(use the teaching engine: engine='teaching')")
+            raise ValueError("the fast engine's Llama forward uses SiLU; this target's hidden_act is "
+                             f"{cfg.hidden_act!r} (use the teaching engine: engine='teaching')")
         decoder = target.model.get_decoder()
         self.layers = decoder.layers
         self.embed = decoder.embed_tokens.weight                           # (V, H)
@@ -120,7 +121,8 @@ class StaticTarget:
     def weight_bytes(self) -> int:
         """Bytes of weight one forward streams: every layer, the final norm and the output layer (the
         input embedding is looked up a row at a time; tied to the output layer it counts once)."""
-        return tensor_bytes([self.head, self.final_norm.weight, *(p for layer in self.layers for p in layer.parameters())])
+        layers = [p for layer in self.layers for p in layer.parameters()]
+        return tensor_bytes([self.head, self.final_norm.weight, *layers])
 
     def _attention(self, i: int, attn, x: torch.Tensor, cos, sin, positions, mask) -> torch.Tensor:
         T, nq = x.shape[1], self.nh + self.nkv

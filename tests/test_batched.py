@@ -176,8 +176,9 @@ def test_bench_cli_batch_rows_beside_the_fast_engine(target, tmp_path, capsys, m
     asked = []
     monkeypatch.setattr(Target, "load", classmethod(lambda cls, name=None, **kw: asked.append(kw) or target))
     out = tmp_path / "bench.json"
-    assert main(["bench", "--methods", "ar,peagle", "--k", "2", "--num-prompts", "2", "--spread", "--max-new-tokens", "3",
-                 "--batch-size", "1,3", "--engine", "fast", "--device", target.device.type, "--json", str(out)]) == 0
+    assert main(["bench", "--methods", "ar,peagle", "--k", "2", "--num-prompts", "2", "--spread",
+                 "--max-new-tokens", "3", "--batch-size", "1,3", "--engine", "fast", "--device", target.device.type,
+                 "--json", str(out)]) == 0
     assert asked == [{"dtype": torch.float32, "device": target.device.type}]
     assert "decodes 2 at once" in capsys.readouterr().err                  # batch 3 > 2 prompts: said, not hidden
     result = json.loads(out.read_text())

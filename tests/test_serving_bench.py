@@ -30,12 +30,14 @@ def test_bench_serve_args_parse_in_vllms_own_parser(tmp_path):
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
     argv = bench_serve_args(base_url="http://127.0.0.1:9", model="/m", dataset=tmp_path / "p.jsonl", num_prompts=5,
-                            max_new_tokens=48, concurrency=4, temperature=0.0, result_dir=tmp_path, result_name="r.json")
+                            max_new_tokens=48, concurrency=4, temperature=0.0, result_dir=tmp_path,
+                            result_name="r.json")
     parser = FlexibleArgumentParser()
     add_cli_args(parser)
     a = parser.parse_args(argv)
     assert (a.dataset_name, a.num_prompts, a.custom_output_len, a.max_concurrency) == ("custom", 5, 48, 4)
-    assert a.disable_shuffle and a.no_oversample and a.skip_chat_template and not a.ignore_eos  # stops at EOS like bench
+    assert a.disable_shuffle and a.no_oversample and a.skip_chat_template
+    assert not a.ignore_eos                                                  # stops at EOS like bench
     assert a.temperature == 0.0 and a.top_p == 1.0 and a.top_k == 0 and a.extra_body == {"add_special_tokens": False}
     assert a.save_result and a.save_detailed and a.endpoint == "/v1/completions"
 
@@ -137,14 +139,15 @@ def test_dry_run_builds_the_exact_commands_for_hugging_face_ids(capsys):
     base = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", "openai/gpt-oss-20b",
             "--host", "127.0.0.1", "--port", "8000", "--dtype", "auto", "--max-model-len", "4096",
             "--gpu-memory-utilization", "0.85", "--disable-uvicorn-access-log"]
-    assert cmds[0] == base                                      # no speculation, no --enforce-eager (--no-enforce-eager)
+    assert cmds[0] == base                              # no speculation, no --enforce-eager (--no-enforce-eager)
     specs = [(c[:-2], c[-2], c[-1]) for c in cmds[1:]]
     assert all(head == base and flag == "--speculative-config" for head, flag, _ in specs)
+    eagle, peagle = "someone/gpt-oss-20b-eagle3", "amazon/gpt-oss-20b-p-eagle"
     assert [s for _, _, s in specs] == [
-        '{"method": "eagle3", "model": "someone/gpt-oss-20b-eagle3", "num_speculative_tokens": 3, "parallel_drafting": false}',
-        '{"method": "eagle3", "model": "someone/gpt-oss-20b-eagle3", "num_speculative_tokens": 7, "parallel_drafting": false}',
-        '{"method": "eagle3", "model": "amazon/gpt-oss-20b-p-eagle", "num_speculative_tokens": 3, "parallel_drafting": true}',
-        '{"method": "eagle3", "model": "amazon/gpt-oss-20b-p-eagle", "num_speculative_tokens": 7, "parallel_drafting": true}',
+        f'{{"method": "eagle3", "model": "{eagle}", "num_speculative_tokens": 3, "parallel_drafting": false}}',
+        f'{{"method": "eagle3", "model": "{eagle}", "num_speculative_tokens": 7, "parallel_drafting": false}}',
+        f'{{"method": "eagle3", "model": "{peagle}", "num_speculative_tokens": 3, "parallel_drafting": true}}',
+        f'{{"method": "eagle3", "model": "{peagle}", "num_speculative_tokens": 7, "parallel_drafting": true}}',
     ]
     assert json.loads(specs[-1][2])["parallel_drafting"] is True
 
@@ -192,6 +195,7 @@ def test_without_peagle_a_gpu_keeps_vllms_own_runner():
     from peagle_lab.serving.server import ServeConfig, server_env
 
     assert serving_defaults(True, ["ar", "eagle"])["model_runner"] == "auto"
-    assert serving_defaults(True, ["peagle"])["startup_timeout"] > serving_defaults(False, ["peagle"])["startup_timeout"]
+    on_gpu, on_cpu = serving_defaults(True, ["peagle"]), serving_defaults(False, ["peagle"])
+    assert on_gpu["startup_timeout"] > on_cpu["startup_timeout"]
     with pytest.raises(ValueError, match="model runner"):
         server_env(ServeConfig(target="t", model_runner="v3"))

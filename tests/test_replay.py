@@ -106,11 +106,7 @@ def test_eval_command_writes_results_and_names_a_bad_drafter(tmp_path, capsys):
         "writing": rec["results"]["mine"]["acceptance_length"]}
     printed = capsys.readouterr().out
     assert "mine" in printed and "by category: writing" in printed
-    with pytest.raises(SystemExit, match="neither a drafter folder.*shipped: "):
-        main(["eval", str(tmp_path / "nowhere"), "--num-prompts", "1"])
-    with pytest.raises(SystemExit, match="names two drafters"):
-        main(["eval", f"x={folder}", f"x={shipped()['eagle-smollm2']}", "--num-prompts", "1"])
-    with pytest.raises(SystemExit, match="exceeds the depth"):
+    with pytest.raises(SystemExit, match="exceeds the depth"):   # bad drafter specs: tests/test_bad_input.py
         main(["eval", "peagle-smollm2", "--num-prompts", "1", "--k", "99"])
     for flag in ("--k", "--num-prompts", "--max-new-tokens"):
         with pytest.raises(SystemExit) as err:

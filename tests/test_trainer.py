@@ -1,26 +1,16 @@
-"""Training loop oracles: data regeneration, draft vocab, loss goes down, resume == uninterrupted, DDP == one process."""
+"""Training loop oracles (peagle_lab.train.trainer): data regeneration, draft vocab, loss goes down,
+resume == uninterrupted, DDP == one process."""
 import os
 from pathlib import Path
 
 import pytest
 import torch
 
-from helpers import tiny_target
+from helpers import learnable_samples, tiny_target
 from peagle_lab.checkpoint import load_drafter
 from peagle_lab.train.data import Sample, load_samples, regenerate
 from peagle_lab.train.trainer import TrainConfig, Trainer
 from peagle_lab.train.vocab import build_draft_vocab, token_counts
-
-
-def _samples(n=12, vocab=50, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    out = []
-    for i in range(n):
-        # a repetitive "language" the drafter can learn quickly: runs of an arithmetic sequence
-        start, step = int(torch.randint(0, vocab, (1,), generator=g)), 1 + i % 3
-        ids = (start + step * torch.arange(30)) % vocab
-        out.append(Sample(ids, prompt_len=5))
-    return out
 
 
 def test_draft_vocab_and_coverage():
@@ -37,8 +27,8 @@ def _trainer(tmp, method, steps=6, segments=1, layout="packed"):
     cfg = TrainConfig(method=method, num_layers=2, draft_vocab_size=40, max_depth=4, steps=steps, batch_size=3,
                       max_len=30, num_segments=segments, lr=3e-3, warmup_steps=2, checkpoint_every=2, seed=1,
                       layout=layout)
-    ids, _ = build_draft_vocab(token_counts(_samples(), 50) + 1, 40)
-    return Trainer(tgt, _samples(), cfg, tmp, ids)
+    ids, _ = build_draft_vocab(token_counts(learnable_samples(), 50) + 1, 40)
+    return Trainer(tgt, learnable_samples(), cfg, tmp, ids)
 
 
 @pytest.mark.parametrize("method", ["peagle", "eagle"])
@@ -136,8 +126,8 @@ def ddp_runs(tmp_path_factory):
                                    str(worker), str(out), str(tmp / f"run-{method}-{n}"), method],
                                   capture_output=True, text=True, timeout=300, env=_ddp_env())
             assert proc.returncode == 0, proc.stderr[-3000:]
-            results[method, n] = {"train": torch.load(out, weights_only=False),
-                                  "grads": [torch.load(f"{out}.grads-rank{r}.pt", weights_only=False) for r in range(n)]}
+            grads = [torch.load(f"{out}.grads-rank{r}.pt", weights_only=False) for r in range(n)]
+            results[method, n] = {"train": torch.load(out, weights_only=False), "grads": grads}
     return results
 
 
@@ -234,7 +224,8 @@ def test_init_distributed_picks_backend_and_gpu_and_names_the_fix(monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
     monkeypatch.setenv("LOCAL_RANK", "1")
-    with pytest.raises(RuntimeError, match=r"2 processes on this machine but 1 GPU.*--nproc-per-node 1.*PEAGLE_DIST_BACKEND=gloo"):
+    names_the_fix = r"2 processes on this machine but 1 GPU.*--nproc-per-node 1.*PEAGLE_DIST_BACKEND=gloo"
+    with pytest.raises(RuntimeError, match=names_the_fix):
         T.init_distributed("cuda")
     assert calls == []
     monkeypatch.setenv("PEAGLE_DIST_BACKEND", "gloo")                       # two ranks share the one GPU
@@ -282,7 +273,7 @@ def test_target_batch_bf16_flag_changes_nothing_off_cuda():
     from peagle_lab.train.trainer import sdpa_backends
 
     tgt = tiny_target(vocab=50, seed=0)
-    samples, ids = _samples(4), torch.arange(40)
+    samples, ids = learnable_samples(4), torch.arange(40)
     a = target_batch(tgt, samples, ids, max_len=30, bf16=False)
     with sdpa_backends(tgt.device):                                   # a no-op context off CUDA
         b = target_batch(tgt, samples, ids, max_len=30, bf16=True)
@@ -301,7 +292,7 @@ def test_validation_al_at_checkpoints_equals_the_engines(tmp_path, method):
 
     t = _trainer(tmp_path, method, steps=12)
     t.cfg.checkpoint_every, t.cfg.val_k, budget = 6, 3, 12
-    prompts = [s.ids[:5].tolist() for s in _samples()[:3]]
+    prompts = [s.ids[:5].tolist() for s in learnable_samples()[:3]]
     t.val_replies = list(zip(prompts, greedy_replies(t.target, prompts, k=t.cfg.val_k, max_new_tokens=budget)))
     hist = t.run(progress=False)
     vals = [(r["step"], r["val_al"]) for r in hist if "val_al" in r]
@@ -322,10 +313,12 @@ def test_shared_lm_head_training_leaves_the_target_head_alone(tmp_path):
     tgt = tiny_target(vocab=50, seed=0)
     head_before = tgt.model.get_output_embeddings().weight.detach().clone()
     with pytest.raises(ValueError, match="draft_vocab_size=50"):
-        Trainer(tgt, _samples(), TrainConfig(draft_vocab_size=40, share_lm_head=True), tmp_path / "bad", torch.arange(40))
-    cfg = TrainConfig(method="peagle", num_layers=1, draft_vocab_size=50, max_depth=3, steps=20, batch_size=3, max_len=30,
-                      lr=3e-3, warmup_steps=2, checkpoint_every=10, seed=1, layout="padded", share_lm_head=True)
-    t = Trainer(tgt, _samples(), cfg, tmp_path / "run", torch.arange(50))
+        Trainer(tgt, learnable_samples(), TrainConfig(draft_vocab_size=40, share_lm_head=True), tmp_path / "bad",
+                torch.arange(40))
+    cfg = TrainConfig(method="peagle", num_layers=1, draft_vocab_size=50, max_depth=3, steps=20, batch_size=3,
+                      max_len=30, lr=3e-3, warmup_steps=2, checkpoint_every=10, seed=1, layout="padded",
+                      share_lm_head=True)
+    t = Trainer(tgt, learnable_samples(), cfg, tmp_path / "run", torch.arange(50))
     hist = t.run(progress=False)
     assert t.drafter.lm_head is None
     assert sum(r["loss"] for r in hist[-3:]) < sum(r["loss"] for r in hist[:3])
@@ -341,9 +334,9 @@ def test_fine_tuning_an_exported_drafter_continues_from_its_weights(tmp_path):
     d = load_drafter(t.export(tmp_path / "export", dtype=torch.float32), t.target)
     ids = d.to_target_ids(torch.arange(d.cfg.draft_vocab_size))
     with pytest.raises(ValueError, match="pass its own ids"):
-        Trainer(t.target, _samples(), t.cfg, tmp_path / "bad", torch.arange(40), drafter=d)
+        Trainer(t.target, learnable_samples(), t.cfg, tmp_path / "bad", torch.arange(40), drafter=d)
     cfg = TrainConfig(**{**t.cfg.__dict__, "steps": 3, "seed": 1})
-    tuned = Trainer(t.target, _samples(), cfg, tmp_path / "tune", ids, drafter=d).run(progress=False)
+    tuned = Trainer(t.target, learnable_samples(), cfg, tmp_path / "tune", ids, drafter=d).run(progress=False)
     fresh = _trainer(tmp_path / "fresh", "peagle", steps=3).run(progress=False)
     # same first batch (same seed): the loaded drafter's loss is the trained one's, far below a fresh start
     assert tuned[0]["loss"] < 0.9 * fresh[0]["loss"]

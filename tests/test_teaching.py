@@ -1,4 +1,4 @@
-"""Lossless-ness oracles: speculative greedy output equals AR output token for token."""
+"""Lossless-ness oracles (peagle_lab.engines.teaching): speculative greedy output equals AR output token for token."""
 import pytest
 import torch
 
@@ -13,7 +13,8 @@ def _first_divergence(target, prompt, a, b):
     ctx = torch.tensor(prompt + a[:i])
     logits = target.forward(ctx, target.new_cache(), aux=False).logits[0, -1]
     top = logits.topk(2)
-    return f"diverged at token {i}: AR {a[i:i+1]} vs spec {b[i:i+1]}; AR top-2 logit gap {float(top.values[0]-top.values[1]):.3g}"
+    gap = float(top.values[0] - top.values[1])
+    return f"diverged at token {i}: AR {a[i:i+1]} vs spec {b[i:i+1]}; AR top-2 logit gap {gap:.3g}"
 
 
 @pytest.fixture(scope="module")
