@@ -87,6 +87,19 @@ def crosscheck(r: dict) -> str:
             f"{r['greedy_vllm_identical_to_teaching_engine']}")
 
 
+def cuda_crosscheck(r: dict) -> str:
+    worst = max(r["rows"], key=lambda x: abs(x["al_gap"]))
+    return (f"AL gap <= {r['max_abs_al_gap']:.3f} over K 3/5/7 (largest: {worst['method']} K={worst['k']}, vLLM "
+            f"{worst['vllm']['acceptance_length']:.3f} vs {worst['teaching_engine']['acceptance_length']:.3f})")
+
+
+def data_scaling(r: dict) -> str:
+    best = {m: max((x for x in r["rows"] if x["method"] == m), key=lambda x: x["al"]["7"]) for m in ("peagle", "eagle")}
+    sizes = sorted({x["reply_tokens"] for x in r["rows"]})
+    return (f"{len(r['rows'])} drafters, {sizes[0] / 1e6:.1f}M-{sizes[-1] / 1e6:.1f}M reply tokens; best AL K=7: "
+            f"P-EAGLE {best['peagle']['al']['7']:.3f}, EAGLE-3 {best['eagle']['al']['7']:.3f}")
+
+
 def train_runs(r: dict) -> str:
     """The drafters a training run produced: name, method, layers."""
     return ", ".join(f"{x['name']} ({x.get('method', '?')} {x.get('num_layers', '?')}L)" for x in r["runs"])
@@ -116,7 +129,10 @@ TOPICS = [
         ("vllm_cpu_knobs.json", "server settings: thread binding, compilation", None),
         ("vllm_shared_head_probe.json", "vLLM serving a drafter that shares the target's output layer", None)]),
     ("CUDA vLLM on an H200", "vllm-cuda-serving.md", [
-        ("vllm_cuda_h200_sweep.json", "K 3/5/7 x concurrency 1-64, 80 MT-Bench + 32 HumanEval prompts, bf16", vllm)]),
+        ("vllm_cuda_h200_sweep.json", "K 3/5/7 x concurrency 1-64, 80 MT-Bench + 32 HumanEval prompts, bf16", vllm),
+        ("vllm_cuda_crosscheck_h200.json", "vLLM's acceptance (bf16) against the teaching engine's (fp32), 256 tokens",
+         cuda_crosscheck),
+        ("replay_mtbench256_h200.json", "the shipped pair replayed on 80 MT-Bench prompts, 256 tokens", None)]),
     ("Fast GPU engine (static caches, CUDA graphs, fused steps)", "fast-engine.md", [
         ("fast_engine_h200.json", "captured steps, K=1..8, bf16 and fp32, batch 1, with the step split", None),
         ("fused_engine_h200_pgraph_k3k7.json", "fastest default: compiled steps, Triton attention, prompt graphs",
@@ -156,6 +172,8 @@ TOPICS = [
         ("data_stats.json", "the training data: size, loops, coverage", None),
         ("head_init_ab_cpu.json", "drafter head initialisation A/B on CPU", None)]),
     ("Training data at scale", "data-scaling.md", [
+        ("data_scaling.json", "AL at K 3/5/7 against distinct reply tokens: one pass, equal steps, shipped",
+         data_scaling),
         ("data_scale_train_h200.json",
          "both drafters trained in one pass over 3.9M fresh reply tokens (training accuracy per depth)", None),
         ("regen_throughput_h200.json", "regeneration throughput on an H200", None)]),

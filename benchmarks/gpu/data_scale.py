@@ -315,8 +315,75 @@ SHIPPED = {   # the shipped pair: 1.97M distinct reply tokens (9,920 samples), s
 }
 
 
+def pack(work: Path, out: Path) -> None:
+    """Each regenerated folder ``work/data*`` as ``out/<folder>.npz``: every sample's token ids as uint16 (the
+    target's 49,152-token vocabulary fits), compressed, with lengths and prompt lengths (~2 bytes a token: 3.4M reply
+    tokens in 8M tokens make 7 MB), so a run's data can leave the machine and train again on a later one."""
+    import numpy as np
+    import torch
+
+    import shutil
+
+    for folder in sorted(d for d in work.glob("data*") if (d / "regenerate.json").exists()):   # made here, not carried
+        shutil.copy(folder / "regenerate.json", out / f"{folder.name}.regenerate.json")
+        ids, lens, prompt_lens = [], [], []
+        for f in sorted(folder.glob("shard-*.pt")):
+            for sample in torch.load(f, weights_only=True):
+                ids.append(sample["ids"].numpy())
+                lens.append(sample["ids"].numel())
+                prompt_lens.append(int(sample["prompt_len"]))
+        flat = np.concatenate(ids)
+        if flat.max() >= 2**16:
+            raise ValueError(f"{folder}: token ids past 65,535 do not fit uint16")
+        np.savez_compressed(out / f"{folder.name}.npz", ids=flat.astype(np.uint16), lens=np.array(lens),
+                            prompt_len=np.array(prompt_lens))
+        log(f"packed {folder.name}: {len(lens)} samples, {flat.size} tokens")
+
+
+def unpack(npz: Path, work: Path) -> Path:
+    """A packed folder back as a one-shard regenerate folder ``work/data-<name>`` that training reads."""
+    import numpy as np
+    import torch
+
+    folder = work / f"data-{npz.stem}"
+    folder.mkdir(parents=True, exist_ok=True)
+    z = np.load(npz)
+    ends = np.cumsum(z["lens"])
+    ids = torch.from_numpy(z["ids"].astype(np.int32))
+    samples = [{"ids": ids[e - n: e].clone(), "prompt_len": int(p)}
+               for e, n, p in zip(ends.tolist(), z["lens"].tolist(), z["prompt_len"].tolist())]
+    torch.save(samples, folder / "shard-00000.pt")
+    log(f"unpacked {npz.name}: {len(samples)} samples into {folder}")
+    return folder
+
+
+EQUAL_STEPS = {   # the recipe ablation's data arms: the same recipe and ~2,500-2,850 steps on 0.91M, then 1.97M tokens
+    "benchmarks/results/ablation_eval_epochs.json": {
+        "peagleE": dict(method="peagle", reply_tokens=914_000, steps=2845, samples=4631),
+        "eagleE": dict(method="eagle", reply_tokens=914_000, steps=2697, samples=4631)},
+    "benchmarks/results/ablation_eval_sampled_data.json": {
+        "peagleS3": dict(method="peagle", reply_tokens=1_967_157, steps=2503, samples=9920),
+        "eagleS3": dict(method="eagle", reply_tokens=1_967_157, steps=2346, samples=9920)},
+}
+
+
+def equal_step_rows() -> list[dict]:
+    """Rows of the recipe ablation's data arms (P-EAGLE 4L MLP 384 / EAGLE-3 1L MLP 1536, batch 32, many passes)."""
+    rows = []
+    for source, arms in EQUAL_STEPS.items():
+        by_k = json.loads(Path(source).read_text())["results_by_k"]
+        for name, arm in arms.items():
+            passes = arm["steps"] * 32 / arm["samples"]
+            rows.append({**arm, "series": "equal steps", "name": name, "source": source, "batch_size": 32,
+                         "al": {k: by_k[k][name]["acceptance_length"] for k in sorted(by_k, key=int)},
+                         "acceptance_per_position_k7": by_k["7"][name]["acceptance_per_position"],
+                         "passes": round(passes, 1), "reply_tokens_seen": round(passes * arm["reply_tokens"])})
+    return rows
+
+
 def collect(out: Path, dest: Path, command: str) -> dict:
-    """``data_scaling.json``: one row per drafter replayed in ``eval.json`` (the shipped pair and each export)."""
+    """``data_scaling.json``: one row per drafter replayed in ``eval.json`` (the shipped pair and each one-pass
+    export), plus the recipe ablation's equal-step data arms. ``series`` tells them apart."""
     ev = json.loads((out / "eval.json").read_text())
     trained = {}
     for m in ("peagle", "eagle"):
@@ -332,17 +399,19 @@ def collect(out: Path, dest: Path, command: str) -> dict:
         if name in SHIPPED:
             info = json.loads((Path(SHIPPED[name]["drafter"]) / "training.json").read_text())
             cfg = info["config"]
-            rows.append({**SHIPPED[name], "name": name, "al": al, "acceptance_per_position_k7": per,
-                         "steps": info["steps"], "batch_size": cfg["batch_size"],
-                         "passes": round(info["steps"] * cfg["batch_size"] / 9920, 1),
-                         "reply_tokens_seen": round(info["steps"] * cfg["batch_size"] / 9920 * 1_967_157)})
+            passes = info["steps"] * cfg["batch_size"] / 9920
+            rows.append({**SHIPPED[name], "series": "shipped", "name": name, "al": al,
+                         "acceptance_per_position_k7": per, "steps": info["steps"], "batch_size": cfg["batch_size"],
+                         "passes": round(passes, 1), "reply_tokens_seen": round(passes * 1_967_157)})
         elif name in trained:
             r = trained[name]
-            rows.append({"method": r["method"], "name": name, "reply_tokens": r["reply_tokens"], "al": al,
-                         "acceptance_per_position_k7": per, "drafter": name, "steps": r["steps"],
-                         "planned_steps": r["planned_steps"], "lr_factor_at_export": round(r["lr_factor"], 4),
-                         "passes": 1, "reply_tokens_seen": r["reply_tokens"]})
-    rows.sort(key=lambda r: (r["method"], r["reply_tokens"]))
+            rows.append({"method": r["method"], "series": "one pass", "name": name, "reply_tokens": r["reply_tokens"],
+                         "al": al, "acceptance_per_position_k7": per, "drafter": name, "steps": r["steps"],
+                         "batch_size": r.get("batch_size", 64), "planned_steps": r["planned_steps"],
+                         "lr_factor_at_export": round(r["lr_factor"], 4), "passes": 1,
+                         "reply_tokens_seen": r["reply_tokens"]})
+    rows += equal_step_rows()
+    rows.sort(key=lambda r: (r["series"], r["method"], r["reply_tokens"]))
     result = {"command": command, "prompts": ev["prompts"], "max_new_tokens": ev["max_new_tokens"], "rows": rows}
     regen = out / "regen_throughput.json"
     if regen.exists():
@@ -353,7 +422,9 @@ def collect(out: Path, dest: Path, command: str) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("stages", nargs="+", choices=["regen", "train", "train-peagle", "train-eagle", "eval", "collect"])
+    ap.add_argument("stages", nargs="+",
+                    choices=["unpack", "regen", "train", "train-peagle", "train-eagle", "eval", "pack", "collect"])
+    ap.add_argument("--packed", nargs="*", default=[], help="unpack: .npz files a pack stage made (carried data)")
     ap.add_argument("--dest", default="benchmarks/results/data_scaling.json", help="collect: the JSON to write")
     ap.add_argument("--out", required=True)
     ap.add_argument("--work", default="/tmp/ds")
@@ -383,7 +454,7 @@ def main() -> None:
         if stage == "regen":
             stage_regen(args, out)
         elif stage == "train":                               # both methods at once, one process each
-            me = [a for a in sys.argv[1:] if a not in {"regen", "train", "eval"}]
+            me = [a for a in sys.argv[1:] if a not in {"unpack", "regen", "train", "eval", "pack", "collect"}]
             procs = [subprocess.Popen([sys.executable, __file__, f"train-{m}", *me],
                                       stdout=open(out / f"train_{m}.log", "w"), stderr=subprocess.STDOUT)
                      for m in ("peagle", "eagle")]
@@ -391,6 +462,11 @@ def main() -> None:
                 p.wait()
         elif stage.startswith("train-"):
             stage_train(args, out, stage.removeprefix("train-"))
+        elif stage == "pack":
+            pack(Path(args.work), out)
+        elif stage == "unpack":
+            for f in args.packed:
+                unpack(Path(f), Path(args.work))
         elif stage == "collect":
             collect(out, Path(args.dest), "python " + " ".join(sys.argv))
         else:

@@ -4,6 +4,8 @@
 #                                                                 optionally mtbench_replies.json: greedy replies)
 #   calls 2..15: PARK_ONLY=1 bash benchmarks/gpu/data_scale.sh   carry parts/vc.part-NN (each within 30 s)
 #   call 16:     START=1 bash benchmarks/gpu/data_scale.sh       carry parts/vc.part-14: installs, starts the run
+#                (STAGES defaults to "regen train eval"; "unpack regen train eval pack" trains on parts/data/*.npz
+#                 carried in earlier calls plus fresh data, and packs the fresh data for BRING=1 to bring back)
 #   calls 17+:   bash benchmarks/gpu/data_scale.sh               wait up to WAIT_S, bring back what is done
 # The run uses the library as it was when parts/ds/fz.tgz was made (git archive of a commit), so edits to the tree
 # between calls cannot change it.
@@ -11,6 +13,7 @@ set -uo pipefail
 mkdir -p /tmp/vp /tmp/dsout
 cp parts/vc.part-* /tmp/vp/ 2>/dev/null
 cp parts/ds/* /tmp/vp/ 2>/dev/null
+cp parts/data/*.npz /tmp/vp/ 2>/dev/null      # data packed by an earlier run (stage unpack reads them)
 echo "parked: $(ls /tmp/vp | grep -c part) parts; $(ls /tmp/vp)"
 [ "${PARK_ONLY:-0}" = 1 ] && exit 0
 source benchmarks/gpu/install_vllm_cuda.sh
@@ -25,7 +28,7 @@ if [ "${START:-0}" = 1 ] && ! pgrep -f data_scale.py > /dev/null && [ ! -f /tmp/
   cp benchmarks/gpu/data_scale.py /tmp/fz/      # the driver, like the library, outlives this call's tree
   setsid nohup python /tmp/fz/data_scale.py ${STAGES:-regen train eval} --out /tmp/dsout \
     --regen-s "${REGEN_S:-600}" --train-s "${TRAIN_S:-420}" --batch-size "${BATCH:-64}" \
-    --slices "${SLICES:-0:45000,45000:90000}" --seed "${SEED:-1}" \
+    --slices "${SLICES:-0:8697,8697:17393}" --seed "${SEED:-3}" --packed $(ls /tmp/vp/*.npz 2>/dev/null) \
     $([ -f /tmp/vp/mtbench_replies.json ] && echo --replies /tmp/vp/mtbench_replies.json) \
     > /tmp/dsout/driver.log 2>&1 < /dev/null &
   echo "run started"
@@ -41,6 +44,9 @@ if [ "${BRING:-0}" = 1 ]; then     # the last export of each method, cut below t
   for m in peagle eagle; do
     d=$(ls -d /tmp/ds/exports/$m-* 2>/dev/null | sort -t- -k2 -g | tail -n 1)
     [ -n "$d" ] && tar cf - -C "$(dirname "$d")" "$(basename "$d")" | split -b 15000000 -d -a 1 - "$OUT/$m-export.tar."
+  done
+  for f in /tmp/dsout/*.npz; do                 # data a pack stage made: join the pieces here with cat
+    [ -f "$f" ] && split -b 15000000 -d -a 1 "$f" "$OUT/$(basename "$f")."
   done
 fi
 ls -la "$OUT"

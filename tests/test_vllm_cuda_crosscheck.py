@@ -1,0 +1,29 @@
+"""The recorded CUDA cross-check is what benchmarks/vllm_cuda_crosscheck.py makes from the two raw records, and vLLM's
+acceptance in bf16 stays within a few hundredths of the teaching engine's at every K."""
+import importlib.util
+import json
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+
+
+def _module():
+    path = ROOT / "benchmarks" / "vllm_cuda_crosscheck.py"
+    spec = importlib.util.spec_from_file_location("vllm_cuda_crosscheck", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_recorded_crosscheck_is_regenerated_from_the_raw_records():
+    sweep = json.loads((RESULTS / "vllm_cuda_h200_sweep.json").read_text())
+    replay = json.loads((RESULTS / "replay_mtbench256_h200.json").read_text())
+    made = _module().crosscheck(sweep, replay)
+    assert made == json.loads((RESULTS / "vllm_cuda_crosscheck_h200.json").read_text()), \
+        "stale: run python benchmarks/vllm_cuda_crosscheck.py"
+    assert {(r["method"], r["k"]) for r in made["rows"]} == {(m, k) for m in ("eagle", "peagle") for k in (3, 5, 7)}
+    assert replay["max_new_tokens"] == sweep["settings"]["max_new_tokens"] == 256     # equal settings
+    for r in made["rows"]:
+        assert r["vllm"]["new_tokens"] == made["rows"][0]["vllm"]["new_tokens"]       # one reply budget per prompt
+        assert abs(r["al_gap"]) < 0.05 and r["max_abs_gap_per_position"] < 0.02, r
