@@ -1,7 +1,8 @@
 """Plots and widgets: acceptance per draft position, and the token stream of one generation.
 
 * :func:`acceptance_figure` -- bars per draft position (one trace per method/K), plotly;
-* :func:`acceptance_explorer` -- the same with dropdowns for method, K, prompt set, temperature;
+* :func:`acceptance_explorer` -- the same with dropdowns for method, K, prompt set, temperature (in
+  Colab its figure is shown as HTML, see :func:`figure_for_output`);
 * :func:`token_stream_html` -- generated text coloured by accepted draft and bonus token, with the
   rejected drafts struck through, so one can watch the drafter at work;
 * :func:`step_view` / :func:`step_html` / :func:`step_explorer` -- one speculative step at a time
@@ -20,11 +21,34 @@ import sys
 import plotly.graph_objects as go
 import plotly.io as pio
 
-if "google.colab" not in sys.modules:
+COLORS = {"eagle": "#1f77b4", "peagle": "#d62728"}
+
+
+def in_colab() -> bool:
+    """True in Google Colab (checked when called, so a test can pretend)."""
+    return "google.colab" in sys.modules
+
+
+if not in_colab():
     # Live plots in JupyterLab (mimetype) and self-contained ones in exported HTML (`make tour`).
     pio.renderers.default = "plotly_mimetype+notebook"
 
-COLORS = {"eagle": "#1f77b4", "peagle": "#d62728"}
+
+def figure_for_output(fig: go.Figure):
+    """What to display for ``fig`` inside an ``ipywidgets.Output``.
+
+    JupyterLab, VS Code and nbmake get the figure itself. Colab does not render a plotly figure
+    displayed inside an Output widget (plotly.js is not loaded there), so in Colab the figure becomes
+    a page of its own, in an iframe, that loads plotly.js from its CDN before drawing.
+    """
+    if not in_colab():
+        return fig
+    from IPython.display import HTML
+
+    page = fig.to_html(include_plotlyjs="cdn", full_html=True)
+    height = (fig.layout.height or 450) + 20
+    return HTML(f'<div><iframe srcdoc="{html.escape(page, quote=True)}" '
+                f'style="width:100%;height:{height}px;border:0"></iframe></div>')
 
 
 def acceptance_figure(rows: list[dict], title: str = "Acceptance per draft position") -> go.Figure:
@@ -79,7 +103,8 @@ def acceptance_explorer(rows: list[dict]):
         out.clear_output(wait=True)
         with out:
             if chosen:
-                display(acceptance_figure(chosen, f"Acceptance per draft position, K={dropdowns['k'].value}"))
+                fig = acceptance_figure(chosen, f"Acceptance per draft position, K={dropdowns['k'].value}")
+                display(figure_for_output(fig))
             else:
                 print("no measurement for this combination")
 

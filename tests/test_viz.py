@@ -163,3 +163,30 @@ def test_token_stream_colours_accepted_bonus_and_rejected():
     assert f'style="{TARGET_STYLE}" title="bonus token in place of a rejected draft">&lt;20&gt;' in body
     assert f'style="{BONUS_STYLE}" title="bonus token after all drafts">&lt;21&gt;' in body
     assert body.count("bonus token after all drafts") == 1 and body.count("in place of a rejected draft") == 1
+
+
+def test_acceptance_explorer_in_colab_shows_the_figure_as_a_page_that_loads_plotly(monkeypatch):
+    """Colab does not render a plotly figure inside an ipywidgets Output: there the explorer displays HTML (an
+    iframe whose page loads plotly.js from its CDN), elsewhere the figure itself."""
+    import html as htmllib
+    import sys
+    import types
+
+    import IPython.display
+    import plotly.graph_objects as go
+
+    shown = []
+    monkeypatch.setattr(IPython.display, "display", lambda *objs, **kw: shown.extend(objs))
+    rows = [dict(method="eagle", k=k, acceptance_per_position=[0.5] * k) for k in (3, 5)]
+    acceptance_explorer(rows)
+    assert isinstance(shown.pop(), go.Figure)  # JupyterLab, nbmake: the figure itself
+
+    monkeypatch.setitem(sys.modules, "google.colab", types.ModuleType("google.colab"))
+    box = acceptance_explorer(rows)
+    box.dropdowns["k"].value = 5
+    assert len(shown) == 2 and all(isinstance(obj, IPython.display.HTML) for obj in shown)
+    for obj, k in zip(shown, (3, 5)):
+        assert obj.data.startswith('<div><iframe srcdoc="') and "height:400px" in obj.data  # the figure's 380 + 20
+        page = htmllib.unescape(obj.data.split('srcdoc="', 1)[1].split('" style=', 1)[0])
+        assert '<script charset="utf-8" src="https://cdn.plot.ly/' in page and "Plotly.newPlot" in page
+        assert f"K={k}" in page and page.index("cdn.plot.ly") < page.index("Plotly.newPlot")

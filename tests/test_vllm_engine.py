@@ -101,6 +101,7 @@ def test_engine_and_sampling_options():
     gpu = engine_options("m", dtype="bfloat16", max_model_len=400, max_num_seqs=256, cuda=True, memory_fraction=0.5)
     assert (cpu["enforce_eager"], cpu["gpu_memory_utilization"], cpu["dtype"]) == (True, 0.35, "float32")
     assert (gpu["enforce_eager"], gpu["gpu_memory_utilization"], gpu["max_num_seqs"]) == (False, 0.5, 256)
+    assert gpu["max_cudagraph_capture_size"] == 256 and "max_cudagraph_capture_size" not in cpu   # no eager steps
     greedy = sampling_options(2, max_new_tokens=16, temperature=0.0, seed=3, stop_ids=(2,))
     assert all(o["temperature"] == 0.0 and "seed" not in o and o["stop_token_ids"] == [2] for o in greedy)
     hot = sampling_options(3, max_new_tokens=16, temperature=0.8, seed=3, stop_ids=(2,))

@@ -315,6 +315,27 @@ SHIPPED = {   # the shipped pair: 1.97M distinct reply tokens (9,920 samples), s
 }
 
 
+def last_export(work: Path, method: str) -> Path | None:
+    """The export of ``method`` trained on the most reply tokens (``peagle-3.2M`` ...), if any."""
+    found = sorted(work.glob(f"exports/{method}-*M"), key=lambda p: float(p.name.split("-")[1].rstrip("M")))
+    return found[-1] if found else None
+
+
+def stage_serve(args, out: Path) -> None:
+    """The last P-EAGLE export served by CUDA vLLM: its learned mask row is materialised into a full embedding
+    table on the way (peagle_lab.materialise), the path a user's own head takes; vLLM's acceptance counters on the
+    same MT-Bench prompts can then be set beside the replay's (eval.json at --eval-new-tokens)."""
+    drafter = last_export(Path(args.work), "peagle")
+    if drafter is None:
+        raise SystemExit("serve: no P-EAGLE export yet; run the train stage first")
+    cmd = [sys.executable, "-m", "peagle_lab", "vllm-bench", "--methods", "peagle", "--k", "7",
+           "--concurrency", "1,16", "--prompts", "mt-bench", "--num-prompts", str(args.eval_prompts),
+           "--max-new-tokens", str(args.eval_new_tokens), "--drafter", f"peagle={drafter}",
+           "--device", DEVICE, "--logs", str(out / "serve_logs"), "--json", str(out / "serve.json")]
+    rc, wall, _ = run_timed(cmd, out / "serve.log", args.serve_s)
+    log(f"serve {drafter.name}: rc {rc} in {wall:.0f} s")
+
+
 def pack(work: Path, out: Path) -> None:
     """Each regenerated folder ``work/data*`` as ``out/<folder>.npz``: every sample's token ids as uint16 (the
     target's 49,152-token vocabulary fits), compressed, with lengths and prompt lengths (~2 bytes a token: 3.4M reply
@@ -423,7 +444,9 @@ def collect(out: Path, dest: Path, command: str) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("stages", nargs="+",
-                    choices=["unpack", "regen", "train", "train-peagle", "train-eagle", "eval", "pack", "collect"])
+                    choices=["unpack", "regen", "train", "train-peagle", "train-eagle", "eval", "serve", "pack",
+                             "collect"])
+    ap.add_argument("--serve-s", type=float, default=420, help="serve: the most seconds vLLM may take")
     ap.add_argument("--packed", nargs="*", default=[], help="unpack: .npz files a pack stage made (carried data)")
     ap.add_argument("--dest", default="benchmarks/results/data_scaling.json", help="collect: the JSON to write")
     ap.add_argument("--out", required=True)
@@ -454,7 +477,7 @@ def main() -> None:
         if stage == "regen":
             stage_regen(args, out)
         elif stage == "train":                               # both methods at once, one process each
-            me = [a for a in sys.argv[1:] if a not in {"unpack", "regen", "train", "eval", "pack", "collect"}]
+            me = [a for a in sys.argv[1:] if a not in {"unpack", "regen", "train", "eval", "serve", "pack", "collect"}]
             procs = [subprocess.Popen([sys.executable, __file__, f"train-{m}", *me],
                                       stdout=open(out / f"train_{m}.log", "w"), stderr=subprocess.STDOUT)
                      for m in ("peagle", "eagle")]
@@ -462,6 +485,8 @@ def main() -> None:
                 p.wait()
         elif stage.startswith("train-"):
             stage_train(args, out, stage.removeprefix("train-"))
+        elif stage == "serve":
+            stage_serve(args, out)
         elif stage == "pack":
             pack(Path(args.work), out)
         elif stage == "unpack":

@@ -4,8 +4,9 @@
 #                                                                 optionally mtbench_replies.json: greedy replies)
 #   calls 2..15: PARK_ONLY=1 bash benchmarks/gpu/data_scale.sh   carry parts/vc.part-NN (each within 30 s)
 #   call 16:     START=1 bash benchmarks/gpu/data_scale.sh       carry parts/vc.part-14: installs, starts the run
-#                (STAGES defaults to "regen train eval"; "unpack regen train eval pack" trains on parts/data/*.npz
-#                 carried in earlier calls plus fresh data, and packs the fresh data for BRING=1 to bring back)
+#                (STAGES defaults to "regen train eval"; "unpack regen train eval serve pack" trains on
+#                 parts/data/*.npz carried in earlier calls plus fresh data, serves the last P-EAGLE export in
+#                 CUDA vLLM, and packs the fresh data for BRING=1 to bring back)
 #   calls 17+:   bash benchmarks/gpu/data_scale.sh               wait up to WAIT_S, bring back what is done
 # The run uses the library as it was when parts/ds/fz.tgz was made (git archive of a commit), so edits to the tree
 # between calls cannot change it.

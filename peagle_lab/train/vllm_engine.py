@@ -82,17 +82,22 @@ class ChatTokens:
 
 def engine_options(folder: str, *, dtype: str, max_model_len: int, max_num_seqs: int, cuda: bool,
                    memory_fraction: float | None = None, seed: int = 0) -> dict:
-    """Keyword arguments of ``vllm.LLM``: eager on a CPU (CUDA graphs on a GPU), ``memory_fraction`` of the
-    device's memory (default 0.35 of a CPU's RAM, 0.85 of a GPU's).
+    """Keyword arguments of ``vllm.LLM``: eager on a CPU (CUDA graphs on a GPU, captured up to ``max_num_seqs``
+    sequences), ``memory_fraction`` of the device's memory (default 0.35 of a CPU's RAM, 0.85 of a GPU's).
 
     >>> o = engine_options("m", dtype="float32", max_model_len=400, max_num_seqs=8, cuda=False)
     >>> o["enforce_eager"], o["gpu_memory_utilization"], o["max_model_len"]
     (True, 0.35, 400)
     """
     fraction = memory_fraction or (GPU_MEMORY_FRACTION if cuda else CPU_MEMORY_FRACTION)
-    return dict(model=str(folder), tokenizer=str(folder), dtype=dtype, max_model_len=int(max_model_len),
-                max_num_seqs=int(max_num_seqs), enforce_eager=not cuda, gpu_memory_utilization=float(fraction),
-                seed=int(seed))
+    options = dict(model=str(folder), tokenizer=str(folder), dtype=dtype, max_model_len=int(max_model_len),
+                   max_num_seqs=int(max_num_seqs), enforce_eager=not cuda, gpu_memory_utilization=float(fraction),
+                   seed=int(seed))
+    if cuda:
+        # vLLM captures CUDA graphs only up to 512 sequences by default and runs wider decode steps eagerly:
+        # capture up to the widest batch this engine will decode
+        options["max_cudagraph_capture_size"] = int(max_num_seqs)
+    return options
 
 
 def sampling_options(count: int, *, max_new_tokens: int, temperature: float, seed: int,
