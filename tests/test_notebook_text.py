@@ -62,11 +62,25 @@ def test_each_of_01_to_04_has_a_checked_exercise_with_a_stub(name):
     assert ex and any("raise NotImplementedError" in t and "solution_if_asked" in t for t in ex), name
 
 
-def test_02_predicts_beside_a_measurement_and_the_paper_is_cited():
-    cells = text(ROOT / "notebooks" / "02_parallel_drafting.ipynb")
-    assert any("costmodel" in t and "measured" in t and "predicted" in t for t in cells)
+@pytest.mark.parametrize("name", ["01", "02", "04", "05"])
+def test_the_cost_model_is_set_beside_what_the_notebook_measures(name):
+    """01, 02, 04 and 05 each print the cost model's prediction next to a measured figure."""
+    cells = text(next(p for p in NOTEBOOKS if p.name.startswith(name)))
+    code = [t for t in cells if "costmodel." in t and re.search(r"(?i)measured", t) and re.search(r"(?i)predict", t)]
+    assert code, f"{name}: no cell sets the cost model's prediction beside a measurement"
+    assert any(re.search(r"(?i)predicted, then measured", t) for t in cells), name
+
+
+def test_02_cites_the_paper():
     assert any("2602.01469" in t for t in markdown(ROOT / "notebooks" / "02_parallel_drafting.ipynb")), \
         "02 must cite the P-EAGLE paper (arXiv 2602.01469)"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_first_cell_says_what_a_learner_needs(path):
+    """One line up front: a CPU (a laptop) is enough, and what a GPU adds."""
+    first = markdown(path)[0]
+    assert re.search(r"\bCPU\b|\blaptop\b", first) and "GPU" in first, f"{path.name}: say what the notebook needs"
 
 
 def _first(cells: list[str], pattern: str) -> int:

@@ -1,0 +1,65 @@
+"""benchmarks/gpu/data_scale.py's CPU-side parts: packed data unpacks to the very samples training read, the
+newest export is found by its reply-token count, and the recorded curve is what `collect` makes."""
+import importlib.util
+import json
+from pathlib import Path
+
+import torch
+
+from peagle_lab.train.data import load_samples
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _module():
+    spec = importlib.util.spec_from_file_location("data_scale", ROOT / "benchmarks" / "gpu" / "data_scale.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _regenerated(folder: Path, seed: int) -> None:
+    """A regenerate folder: two turn files of samples (int32 ids, prompt length), and its settings record."""
+    g = torch.Generator().manual_seed(seed)
+    folder.mkdir(parents=True)
+    for turn in range(2):
+        samples = [{"ids": torch.randint(0, 49152, (int(n),), generator=g, dtype=torch.int32), "prompt_len": 3 + i,
+                    "conversation": i} for i, n in enumerate(torch.randint(8, 40, (5,), generator=g))]
+        torch.save(samples, folder / f"shard-00000-t{turn}.pt")
+    (folder / "regenerate.json").write_text("{}")
+
+
+def test_pack_then_unpack_gives_back_every_sample(tmp_path):
+    ds = _module()
+    work, out = tmp_path / "work", tmp_path / "out"
+    out.mkdir()
+    _regenerated(work / "data-0", 1)
+    _regenerated(work / "data-1", 2)
+    ds.pack(work, out)
+    assert sorted(p.name for p in out.iterdir()) == ["data-0.npz", "data-0.regenerate.json", "data-1.npz",
+                                                     "data-1.regenerate.json"]
+    again = tmp_path / "again"
+    for name in ("data-0", "data-1"):
+        folder = ds.unpack(out / f"{name}.npz", again)
+        want, got = load_samples(work / name), load_samples(folder)
+        assert [(s.ids.tolist(), s.prompt_len) for s in got] == [(s.ids.tolist(), s.prompt_len) for s in want]
+    ds.pack(again, tmp_path)                    # unpacked folders carry no settings record: never packed twice
+    assert not list(tmp_path.glob("*.npz"))
+
+
+def test_last_export_is_the_one_trained_on_most_tokens(tmp_path):
+    ds = _module()
+    assert ds.last_export(tmp_path, "peagle") is None
+    for name in ("peagle-2.0M", "peagle-10.0M", "peagle-3.2M", "eagle-50.0M"):
+        (tmp_path / "exports" / name).mkdir(parents=True)
+    assert ds.last_export(tmp_path, "peagle").name == "peagle-10.0M"
+
+
+def test_recorded_equal_step_rows_are_the_ablation_replays():
+    ds = _module()
+    recorded = json.loads((ROOT / "benchmarks" / "results" / "data_scaling.json").read_text())
+    rows = {r["name"]: r for r in recorded["rows"]}
+    for row in ds.equal_step_rows():
+        assert rows[row["name"]] == row                   # data_scaling.json holds them as collect made them
+    series = {(r["series"], r["method"]) for r in rows.values()}
+    assert {(s, m) for s in ("one pass", "equal steps", "shipped") for m in ("peagle", "eagle")} <= series
