@@ -8,6 +8,9 @@
 #                 parts/data/*.npz carried in earlier calls plus fresh data, serves the last P-EAGLE export in
 #                 CUDA vLLM, and packs the fresh data for BRING=1 to bring back)
 #   calls 17+:   bash benchmarks/gpu/data_scale.sh               wait up to WAIT_S, bring back what is done
+# Side jobs on the same GPU, each started once by any call after the install: NB=1 runs notebooks 01-04 under
+# nbmake (21_notebooks_cuda.sh, from a copy of the tree, wheels from parts/nbwheels parked in an earlier call;
+# results in nb/), SERVE=1 serves the newest P-EAGLE export in CUDA vLLM as soon as one exists (stage serve).
 # The run uses the library as it was when parts/ds/fz.tgz was made (git archive of a commit), so edits to the tree
 # between calls cannot change it.
 set -uo pipefail
@@ -15,6 +18,7 @@ mkdir -p /tmp/vp /tmp/dsout
 cp parts/vc.part-* /tmp/vp/ 2>/dev/null
 cp parts/ds/* /tmp/vp/ 2>/dev/null
 cp parts/data/*.npz /tmp/vp/ 2>/dev/null      # data packed by an earlier run (stage unpack reads them)
+[ -d parts/nbwheels ] && cp -r parts/nbwheels /tmp/vp/
 echo "parked: $(ls /tmp/vp | grep -c part) parts; $(ls /tmp/vp)"
 [ "${PARK_ONLY:-0}" = 1 ] && exit 0
 source benchmarks/gpu/install_vllm_cuda.sh
@@ -24,7 +28,7 @@ export PYTHONPATH=/tmp/fz PYTHONUNBUFFERED=1 PEAGLE_GGUF=/tmp/vp/b/target.gguf P
 export OMP_NUM_THREADS=4 PEAGLE_FROZEN=/tmp/fz VLLM_WORKER_MULTIPROC_METHOD=spawn PEAGLE_SHIPPED=/tmp/shipped
 [ -d /tmp/shipped ] || cp -r peagle_lab/drafters /tmp/shipped      # the eval's shipped pair outlives this call's tree
 nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader
-if [ "${START:-0}" = 1 ] && ! pgrep -f data_scale.py > /dev/null && [ ! -f /tmp/dsout/started${RUN:-} ]; then
+if [ "${START:-0}" = 1 ] && ! pgrep -f "fz/data_scal[e]" > /dev/null && [ ! -f /tmp/dsout/started${RUN:-} ]; then
   touch /tmp/dsout/started${RUN:-}
   cp benchmarks/gpu/data_scale.py /tmp/fz/      # the driver, like the library, outlives this call's tree
   setsid nohup python /tmp/fz/data_scale.py ${STAGES:-regen train eval} --out /tmp/dsout \
@@ -34,20 +38,41 @@ if [ "${START:-0}" = 1 ] && ! pgrep -f data_scale.py > /dev/null && [ ! -f /tmp/
     > /tmp/dsout/driver.log 2>&1 < /dev/null &
   echo "run started"
 fi
+if [ "${NB:-0}" = 1 ] && [ ! -f /tmp/dsout/nb_started ]; then  # notebooks beside the run: pass/fail, not timings
+  touch /tmp/dsout/nb_started; mkdir -p /tmp/nbtree/parts /tmp/dsout/nb
+  cp -r notebooks peagle_lab benchmarks /tmp/nbtree/ && cp -r /tmp/vp/nbwheels /tmp/nbtree/parts/
+  (cd /tmp/nbtree && OUT=/tmp/dsout/nb PEAGLE_GGUF=/tmp/vp/b/target.gguf NB_SECONDS=${NB_SECONDS:-1200} \
+     NB_TIMEOUT=${NB_TIMEOUT:-480} setsid nohup bash benchmarks/gpu/21_notebooks_cuda.sh > /tmp/dsout/nb.log 2>&1 \
+     < /dev/null &)
+  echo "notebooks started"
+fi
 end=$((SECONDS + ${WAIT_S:-60}))
-while [ $SECONDS -lt $end ] && pgrep -f data_scale.py > /dev/null; do sleep 5; done
-pgrep -f data_scale.py > /dev/null && echo "still running" || echo "finished"
+while [ $SECONDS -lt $end ] && pgrep -f "fz/data_scal[e]|notebooks_cud[a]" > /dev/null; do
+  if [ "${SERVE:-0}" = 1 ] && [ ! -f /tmp/dsout/serve_started ] && ls -d /tmp/ds/exports/peagle-*M > /dev/null 2>&1
+  then
+    touch /tmp/dsout/serve_started; echo "serve started at ${SECONDS} s"
+    setsid nohup python /tmp/fz/data_scale.py serve --out /tmp/dsout --eval-new-tokens 128 \
+      > /tmp/dsout/serve_driver.log 2>&1 < /dev/null &
+  fi
+  sleep 5
+done
+grep -aE "PASSED|FAILED|ERROR|rc=" /tmp/dsout/nb/notebooks_cuda_h200.log 2>/dev/null | tail -n 8
+pgrep -f "fz/data_scal[e]" > /dev/null && echo "still running" || echo "finished"
 tail -n 40 /tmp/dsout/driver.log
 for f in /tmp/dsout/train_*.log; do [ -f "$f" ] && { echo "== $f"; tr '\r' '\n' < "$f" | grep -v "^\s*$" | tail -n 4; }; done
 ls /tmp/ds/data 2>/dev/null | tail -n 3
-(cd /tmp/dsout && tar czf "$OUT/results.tgz" $(ls *.json *.log 2>/dev/null))    # one file: $OUT brings back 8
-if [ "${BRING:-0}" = 1 ]; then     # the last export of each method, cut below the 16 MiB a file may have
+(cd /tmp/dsout && tar czf "$OUT/results.tgz" $(ls -d *.json *.log serve_logs nb 2>/dev/null))    # one file: $OUT brings back 8
+# BRING=exports: the last export of each method; BRING=data: the packed data; BRING=1: both (8 files at most)
+if [ "${BRING:-0}" = 1 ] || [ "${BRING:-0}" = exports ]; then     # cut below the 16 MiB a file may have
   for m in peagle eagle; do
     d=$(ls -d /tmp/ds/exports/$m-* 2>/dev/null | sort -t- -k2 -g | tail -n 1)
     [ -n "$d" ] && tar cf - -C "$(dirname "$d")" "$(basename "$d")" | split -b 15000000 -d -a 1 - "$OUT/$m-export.tar."
   done
+fi
+if [ "${BRING:-0}" = 1 ] || [ "${BRING:-0}" = data ]; then
   for f in /tmp/dsout/*.npz; do                 # data a pack stage made: join the pieces here with cat
     [ -f "$f" ] && split -b 15000000 -d -a 1 "$f" "$OUT/$(basename "$f")."
+    [ -f "${f%.npz}.regenerate.json" ] && cp "${f%.npz}.regenerate.json" "$OUT/"
   done
 fi
 ls -la "$OUT"
