@@ -87,6 +87,12 @@ def crosscheck(r: dict) -> str:
             f"{r['greedy_vllm_identical_to_teaching_engine']}")
 
 
+def learned_mask(r: dict) -> str:
+    name, c1 = r["drafter"]["name"], r["serve"]["results"][0]
+    ours = r["replay"]["by_k"][str(c1["k"])][name]["acceptance_length"]
+    return f"vLLM AL {c1['acceptance_length']:.3f} vs teaching engine {ours:.3f} (K={c1['k']}, concurrency 1)"
+
+
 def cuda_crosscheck(r: dict) -> str:
     worst = max(r["rows"], key=lambda x: abs(x["al_gap"]))
     return (f"AL gap <= {r['max_abs_al_gap']:.3f} over K 3/5/7 (largest: {worst['method']} K={worst['k']}, vLLM "
@@ -132,7 +138,9 @@ TOPICS = [
         ("vllm_cuda_h200_sweep.json", "K 3/5/7 x concurrency 1-64, 80 MT-Bench + 32 HumanEval prompts, bf16", vllm),
         ("vllm_cuda_crosscheck_h200.json", "vLLM's acceptance (bf16) against the teaching engine's (fp32), 256 tokens",
          cuda_crosscheck),
-        ("replay_mtbench256_h200.json", "the shipped pair replayed on 80 MT-Bench prompts, 256 tokens", None)]),
+        ("replay_mtbench256_h200.json", "the shipped pair replayed on 80 MT-Bench prompts, 256 tokens", None),
+        ("vllm_cuda_learned_mask_h200.json", "a learned-mask P-EAGLE head materialised and served, 128 tokens",
+         learned_mask)]),
     ("Fast GPU engine (static caches, CUDA graphs, fused steps)", "fast-engine.md", [
         ("fast_engine_h200.json", "captured steps, K=1..8, bf16 and fp32, batch 1, with the step split", None),
         ("fused_engine_h200_pgraph_k3k7.json", "fastest default: compiled steps, Triton attention, prompt graphs",

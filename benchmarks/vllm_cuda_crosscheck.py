@@ -2,7 +2,8 @@
 same 80 MT-Bench prompts, 256 new tokens, T=0, K = 3, 5, 7: the CPU cross-check (vllm_cpu_crosscheck.json), on CUDA.
 
     python benchmarks/vllm_cuda_crosscheck.py
-    # reads results/vllm_cuda_h200_sweep.json and results/replay_mtbench256_h200.json
+    # reads results/vllm_cuda_h200_sweep.json and results/replay_mtbench256_h200.json (the shipped pair), and
+    # results/vllm_cuda_learned_mask_h200.json (a learned-mask P-EAGLE head, materialised for vLLM)
 
 In float32 on a CPU the two are equal token for token; in bf16 the target's greedy reply parts from the float32 one
 after a near-tie, so the text both sides score differs a little and so does acceptance.
@@ -46,15 +47,39 @@ def crosscheck(sweep: dict, replay: dict, concurrency: int = 1) -> dict:
             "rows": rows, "max_abs_al_gap": max(abs(x["al_gap"]) for x in rows)}
 
 
+def learned_mask(record: dict) -> dict:
+    """The learned-mask head's rows: vLLM's counters at each concurrency beside the replay of the same drafter."""
+    name, rows = record["drafter"]["name"], []
+    for r in record["serve"]["results"]:
+        ours = record["replay"]["by_k"][str(r["k"])][name]
+        gaps = [round(a - b, 4) for a, b in zip(r["acceptance_per_position"], ours["acceptance_per_position"])]
+        rows.append({"method": r["method"], "k": r["k"], "concurrency": r["concurrency"],
+                     "vllm": {"acceptance_length": round(r["acceptance_length"], 4),
+                              "acceptance_per_position": [round(x, 4) for x in r["acceptance_per_position"]],
+                              "num_drafts": r["num_drafts"], "new_tokens": r["new_tokens"]},
+                     "teaching_engine": ours,
+                     "al_gap": round(r["acceptance_length"] - ours["acceptance_length"], 4),
+                     "max_abs_gap_per_position": max(abs(g) for g in gaps)})
+    return {"what": "a learned-mask P-EAGLE head (mask row learned in training, materialised into a full embedding "
+                    "table for vLLM) served by CUDA vLLM, against the teaching engine's float32 replay of the same "
+                    f"drafter; {record['replay']['prompts']} prompts, {record['replay']['max_new_tokens']} new tokens",
+            "source": "benchmarks/results/vllm_cuda_learned_mask_h200.json", "drafter": record["drafter"],
+            "rows": rows}
+
+
 def main() -> dict:
     sweep = json.loads((RESULTS / "vllm_cuda_h200_sweep.json").read_text())
     replay = json.loads((RESULTS / "replay_mtbench256_h200.json").read_text())
     out = crosscheck(sweep, replay)
+    out["learned_mask"] = learned_mask(json.loads((RESULTS / "vllm_cuda_learned_mask_h200.json").read_text()))
     (RESULTS / "vllm_cuda_crosscheck_h200.json").write_text(json.dumps(out, indent=1) + "\n")
     for r in out["rows"]:
         print(f"{r['method']:<7} K={r['k']}  vLLM AL {r['vllm']['acceptance_length']:.3f}  "
               f"teaching engine {r['teaching_engine']['acceptance_length']:.3f}  gap {r['al_gap']:+.3f}  "
               f"max per-position gap {r['max_abs_gap_per_position']:.3f}")
+    for r in out["learned_mask"]["rows"]:
+        print(f"learned-mask peagle K={r['k']} c={r['concurrency']}  vLLM AL {r['vllm']['acceptance_length']:.3f}  "
+              f"teaching engine {r['teaching_engine']['acceptance_length']:.3f}  gap {r['al_gap']:+.3f}")
     return out
 
 
