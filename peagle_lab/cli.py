@@ -237,7 +237,8 @@ def _regenerate_engine(args, batch_size: int):
     chat = ChatTokens(local_folder(args.target))
     return chat, VLLMEngine(chat, dtype=args.dtype, max_model_len=args.max_prompt_tokens + args.max_new_tokens,
                             max_num_seqs=batch_size, cuda=resolve_device(args.device) == "cuda",
-                            memory_fraction=args.gpu_memory_utilization, seed=args.seed)
+                            memory_fraction=args.gpu_memory_utilization, seed=args.seed,
+                            kv_cache_gib=args.kv_cache_gib)
 
 
 def _regenerate(args) -> int:
@@ -554,6 +555,9 @@ def add_regenerate_parser(sub) -> None:
     s.add_argument("--gpu-memory-utilization", type=_fraction, default=None,
                    help="--engine vllm: the share of GPU (or CPU) memory vLLM reserves (default 0.85 on a GPU, "
                         "0.35 on a CPU)")
+    s.add_argument("--kv-cache-gib", type=_above_zero, default=None,
+                   help="--engine vllm: a KV cache of exactly this many GiB; vLLM then skips its memory profiling, "
+                        "so engines (or other GPU jobs) may start side by side on one GPU")
     s.add_argument("--shard-size", type=_positive, default=256)
     s.add_argument("--temperature", type=_non_negative, default=0.0)
     s.add_argument("--seed", type=_count, default=0)
@@ -731,8 +735,9 @@ def _check_regenerate_engine(p: argparse.ArgumentParser, args) -> None:
         from .serving.server import VLLM_INSTALL
 
         p.error(f"--engine vllm: vLLM is not installed; {VLLM_INSTALL}")
-    if args.engine != "vllm" and args.gpu_memory_utilization is not None:
-        p.error("--gpu-memory-utilization is for --engine vllm (transformers takes what it needs)")
+    for flag in ("gpu_memory_utilization", "kv_cache_gib"):
+        if args.engine != "vllm" and getattr(args, flag) is not None:
+            p.error(f"--{flag.replace('_', '-')} is for --engine vllm (transformers takes what it needs)")
 
 
 def _check_train(p: argparse.ArgumentParser, args) -> None:

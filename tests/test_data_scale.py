@@ -63,3 +63,44 @@ def test_recorded_equal_step_rows_are_the_ablation_replays():
         assert rows[row["name"]] == row                   # data_scaling.json holds them as collect made them
     series = {(r["series"], r["method"]) for r in rows.values()}
     assert {(s, m) for s in ("one pass", "equal steps", "shipped") for m in ("peagle", "eagle")} <= series
+
+
+def test_pack_skips_a_folder_whose_engine_wrote_nothing(tmp_path):
+    """An engine that failed to start leaves a folder with its settings and no turn file: pack goes on."""
+    ds = _module()
+    work, out = tmp_path / "work", tmp_path / "out"
+    out.mkdir()
+    _regenerated(work / "data-0", 1)
+    (work / "data-1").mkdir()
+    (work / "data-1" / "regenerate.json").write_text("{}")
+    ds.pack(work, out)
+    assert sorted(p.name for p in out.glob("*.npz")) == ["data-0.npz"]
+
+
+def test_watch_starts_a_failed_engine_again_and_it_resumes(tmp_path):
+    """The first start fails (as a vLLM engine whose memory profiling broke); the second runs to the end."""
+    ds = _module()
+    marker = tmp_path / "tried"
+    script = (f"import pathlib, sys; m = pathlib.Path({str(marker)!r}); first = not m.exists(); m.touch(); "
+              "print('start'); sys.exit(1 if first else 0)")
+    logs = [tmp_path / "regen_0.log"]
+    rcs = ds.watch([[ds.sys.executable, "-c", script]], logs, ds.time.perf_counter() + 30, relaunch_s=5)
+    assert rcs == [0]
+    assert logs[0].read_text().strip() == "start"
+    assert len(list(tmp_path.glob("regen_0.failed*.log"))) == 1
+
+
+def test_watch_stops_what_is_still_running_at_the_deadline(tmp_path):
+    ds = _module()
+    rcs = ds.watch([[ds.sys.executable, "-c", "import time; time.sleep(60)"]], [tmp_path / "r.log"],
+                   ds.time.perf_counter() + 3)
+    assert rcs[0] != 0
+
+
+def test_watch_gives_up_on_an_engine_that_keeps_failing(tmp_path):
+    ds = _module()
+    t = ds.time.perf_counter()
+    rcs = ds.watch([[ds.sys.executable, "-c", "raise SystemExit(3)"]], [tmp_path / "r.log"], t + 60,
+                   relaunch_s=5, tries=2)
+    assert rcs == [3] and ds.time.perf_counter() - t < 30
+    assert len(list(tmp_path.glob("r.failed*.log"))) == 1

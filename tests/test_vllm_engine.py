@@ -186,6 +186,12 @@ def test_missing_vllm_is_named_before_anything_loads(tmp_path, monkeypatch, caps
     with pytest.raises(SystemExit):
         main(["regenerate", "--gpu-memory-utilization", "0.5", "--out", str(tmp_path / "o")])
     assert "--gpu-memory-utilization is for --engine vllm" in capsys.readouterr().err
+    for bad in (["--kv-cache-gib", "4"], ["--engine", "vllm", "--kv-cache-gib", "0"]):
+        with pytest.raises(SystemExit):
+            main(["regenerate", *bad, "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert "--kv-cache-gib is for --engine vllm" in err and "--kv-cache-gib" in err.split("\n")[-2]
+    assert not (tmp_path / "o").exists()
 
 
 # ----------------------------------------------------------------------------- the real vLLM

@@ -127,39 +127,48 @@ def folder_record(data: Path) -> dict:
             "steady_reply_tokens_per_s": round((rep - first) / span, 1) if span else None}
 
 
-def started(log_path: Path, data: Path, *, limit_s: float) -> None:
-    """Wait until the vLLM engine logging to ``log_path`` has its KV cache (or wrote a turn), at most ``limit_s``."""
-    end = time.perf_counter() + limit_s
-    while time.perf_counter() < end:
-        text = log_path.read_text(errors="replace") if log_path.exists() else ""
-        if re.search(r"init engine|KV cache size|Graph capturing finished", text) or any(data.glob("shard-*.pt")):
-            return
-        time.sleep(2)
-    log(f"{log_path.name}: no sign of a started engine after {limit_s:.0f} s; starting the next one anyway")
+def watch(cmds: list[list[str]], logs: list[Path], deadline: float, *, relaunch_s: float = 150.0,
+          tries: int = 3) -> list[int]:
+    """Run every command until ``deadline``, starting again (resuming its folder) any that exits with an error
+    while at least ``relaunch_s`` remain, ``tries`` starts in all: one engine that fails to start must not cost
+    the stage its share."""
+    procs = [launch(c, lg) for c, lg in zip(cmds, logs)]
+    starts = [1] * len(procs)
+    while time.perf_counter() < deadline:
+        for i, p in enumerate(procs):
+            if p.poll() not in (None, 0) and deadline - time.perf_counter() > relaunch_s and starts[i] < tries:
+                starts[i] += 1
+                log(f"{logs[i].name}: exited with {p.returncode}; starting it again")
+                logs[i].rename(logs[i].with_suffix(f".failed{time.time_ns()}.log"))
+                procs[i] = launch(cmds[i], logs[i])
+        if all(p.poll() is not None for p in procs):
+            break
+        time.sleep(1)
+    return stop_at(procs, deadline)
 
 
 def stage_regen(args, out: Path) -> None:
     """Whole ShareGPT conversations answered turn by turn at T=0.7 by ``len(--slices)`` vLLM engines at once, each
     over its own slice of conversations with its own seed, on one GPU (a 135M target leaves vLLM host-bound, so
     engines side by side add up), until ``--regen-s`` runs out. Turn files are written whole: a stop loses only
-    the turn in flight."""
+    the turn in flight. Each engine has a fixed KV cache (``--kv-cache-gib``), so vLLM skips the free-memory
+    profiling that another GPU process starting or stopping would break: all start at once."""
     work = Path(args.work)
     t_ab = time.perf_counter()
     ab = stage_ab(args, out)
     slices = [tuple(int(x) for x in s.split(":")) for s in args.slices.split(",")]
     budget = args.regen_s - (time.perf_counter() - t_ab)        # the A/B made now counts, one kept from before not
     share = round(args.gpu_memory / len(slices), 3)
-    cmds, procs, t0 = [], [], time.perf_counter()
+    cmds, logs, t0 = [], [], time.perf_counter()
     for i, (a, b) in enumerate(slices):
         extra = ["--all-turns", "--skip-prompts", str(a), "--num-prompts", str(b - a), "--temperature", "0.7",
                  "--seed", str(args.seed + i), "--max-prompt-tokens", "640", "--batch-size", str(args.vllm_batch),
-                 "--shard-size", str(args.shard_size), "--gpu-memory-utilization", str(share)]
+                 "--shard-size", str(args.shard_size), "--gpu-memory-utilization", str(share),
+                 "--kv-cache-gib", str(args.kv_cache_gib)]
         cmds.append(regenerate_cmd(work / f"data-{i}", "vllm", extra))
-        if procs:                           # one engine sizes its KV cache at a time: vLLM reads the GPU's free memory
-            started(out / f"regen_{i - 1}.log", work / f"data-{i - 1}", limit_s=300)
-        procs.append(launch(cmds[-1], out / f"regen_{i}.log"))
-    log(f"{len(procs)} regenerations for {budget:.0f} s, {share} of the GPU's memory each")
-    rcs = stop_at(procs, t0 + max(60.0, budget))
+        logs.append(out / f"regen_{i}.log")
+    log(f"{len(cmds)} regenerations for {budget:.0f} s, {args.kv_cache_gib} GiB of KV cache each")
+    rcs = watch(cmds, logs, t0 + max(60.0, budget))
     wall = time.perf_counter() - t0
     engines = [{"command": " ".join(c[1:]), "rc": rc, "conversations": f"{a}:{b}", **folder_record(work / f"data-{i}")}
                for i, (c, rc, (a, b)) in enumerate(zip(cmds, rcs, slices))]
@@ -346,6 +355,9 @@ def pack(work: Path, out: Path) -> None:
     import shutil
 
     for folder in sorted(d for d in work.glob("data*") if (d / "regenerate.json").exists()):   # made here, not carried
+        if not any(folder.glob("shard-*.pt")):
+            log(f"pack: {folder.name} holds no turn file (its engine wrote nothing); skipped")
+            continue
         shutil.copy(folder / "regenerate.json", out / f"{folder.name}.regenerate.json")
         ids, lens, prompt_lens = [], [], []
         for f in sorted(folder.glob("shard-*.pt")):
@@ -460,7 +472,9 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=1, help="regen: engine i samples with seed SEED + i")
     ap.add_argument("--gpu-memory", type=float, default=0.6, help="regen: the GPU memory share of all engines together")
     ap.add_argument("--replies", default=None, help="eval: greedy MT-Bench replies made beforehand (JSON)")
-    ap.add_argument("--shard-size", type=int, default=4096)
+    ap.add_argument("--shard-size", type=int, default=2048)
+    ap.add_argument("--kv-cache-gib", type=float, default=24.0,
+                    help="regen: each engine's KV cache (1,024 sequences x 896 tokens of a 135M target: ~21 GiB)")
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--ab-prompts", type=int, default=0, help="regen: first turns for the transformers/vLLM A/B")
     ap.add_argument("--eval-prompts", type=int, default=80)

@@ -4,11 +4,12 @@
 #                                                                 optionally mtbench_replies.json: greedy replies)
 #   calls 2..15: PARK_ONLY=1 bash benchmarks/gpu/data_scale.sh   carry parts/vc.part-NN (each within 30 s)
 #   call 16:     START=1 bash benchmarks/gpu/data_scale.sh       carry parts/vc.part-14: installs, starts the run
-#                (STAGES defaults to "regen train eval"; "unpack regen train eval serve pack" trains on
-#                 parts/data/*.npz carried in earlier calls plus fresh data, serves the last P-EAGLE export in
-#                 CUDA vLLM, and packs the fresh data for BRING=1 to bring back)
+#                (STAGES defaults to "regen train eval"; "unpack regen pack train eval" trains on
+#                 parts/data/*.npz carried in this call plus fresh data and packs the fresh data before training,
+#                 so a call made while training runs can bring it back with BRING=data)
 #   calls 17+:   bash benchmarks/gpu/data_scale.sh               wait up to WAIT_S, bring back what is done
-# Side jobs on the same GPU, each started once by any call after the install: NB=1 runs notebooks 01-04 under
+# Side jobs on the same GPU (the regen engines have fixed KV caches, so a side job starting or stopping cannot break
+# their memory profiling), each started once by any call after the install: NB=1 runs notebooks 01-04 under
 # nbmake (21_notebooks_cuda.sh, from a copy of the tree, wheels from parts/nbwheels parked in an earlier call;
 # results in nb/), SERVE=1 serves the newest P-EAGLE export in CUDA vLLM as soon as one exists (stage serve).
 # The run uses the library as it was when parts/ds/fz.tgz was made (git archive of a commit), so edits to the tree

@@ -81,13 +81,18 @@ class ChatTokens:
 
 
 def engine_options(folder: str, *, dtype: str, max_model_len: int, max_num_seqs: int, cuda: bool,
-                   memory_fraction: float | None = None, seed: int = 0) -> dict:
+                   memory_fraction: float | None = None, seed: int = 0, kv_cache_gib: float | None = None) -> dict:
     """Keyword arguments of ``vllm.LLM``: eager on a CPU (CUDA graphs on a GPU, captured up to ``max_num_seqs``
     sequences), ``memory_fraction`` of the device's memory (default 0.35 of a CPU's RAM, 0.85 of a GPU's).
+    ``kv_cache_gib``: a KV cache of exactly that size instead of what the fraction leaves; vLLM then skips its
+    free-memory profiling, which fails when another process on the GPU allocates or frees memory meanwhile.
 
     >>> o = engine_options("m", dtype="float32", max_model_len=400, max_num_seqs=8, cuda=False)
-    >>> o["enforce_eager"], o["gpu_memory_utilization"], o["max_model_len"]
-    (True, 0.35, 400)
+    >>> o["enforce_eager"], o["gpu_memory_utilization"], o["max_model_len"], "kv_cache_memory_bytes" in o
+    (True, 0.35, 400, False)
+    >>> engine_options("m", dtype="bfloat16", max_model_len=400, max_num_seqs=8, cuda=True,
+    ...                kv_cache_gib=1.5)["kv_cache_memory_bytes"]
+    1610612736
     """
     fraction = memory_fraction or (GPU_MEMORY_FRACTION if cuda else CPU_MEMORY_FRACTION)
     options = dict(model=str(folder), tokenizer=str(folder), dtype=dtype, max_model_len=int(max_model_len),
@@ -97,6 +102,8 @@ def engine_options(folder: str, *, dtype: str, max_model_len: int, max_num_seqs:
         # vLLM captures CUDA graphs only up to 512 sequences by default and runs wider decode steps eagerly:
         # capture up to the widest batch this engine will decode
         options["max_cudagraph_capture_size"] = int(max_num_seqs)
+    if kv_cache_gib:
+        options["kv_cache_memory_bytes"] = int(kv_cache_gib * (1 << 30))
     return options
 
 
@@ -123,11 +130,13 @@ class VLLMEngine:
     name = "vllm"
 
     def __init__(self, chat: ChatTokens, *, dtype: str = "float32", max_model_len: int, max_num_seqs: int = 256,
-                 cuda: bool = False, memory_fraction: float | None = None, seed: int = 0):
+                 cuda: bool = False, memory_fraction: float | None = None, seed: int = 0,
+                 kv_cache_gib: float | None = None):
         require_vllm()
         self.chat, self.dtype, self.max_model_len = chat, dtype, int(max_model_len)
         self.options = engine_options(chat.folder, dtype=dtype, max_model_len=max_model_len,
-                                      max_num_seqs=max_num_seqs, cuda=cuda, memory_fraction=memory_fraction, seed=seed)
+                                      max_num_seqs=max_num_seqs, cuda=cuda, memory_fraction=memory_fraction, seed=seed,
+                                      kv_cache_gib=kv_cache_gib)
         self.llm = None
         self.reply_tokens, self.seconds, self.start_seconds = 0, 0.0, 0.0
 
