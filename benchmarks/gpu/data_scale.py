@@ -467,14 +467,14 @@ def main() -> None:
     ap.add_argument("--train-s", type=float, default=600)
     ap.add_argument("--conversations", type=int, default=90000)
     ap.add_argument("--vllm-batch", type=int, default=1024)
-    ap.add_argument("--slices", default="0:45000,45000:90000",
+    ap.add_argument("--slices", default="0:4348,4348:8696,8696:13044,13044:17393",
                     help="regen: conversations START:END per vLLM engine, all run at once (a new slice each session)")
     ap.add_argument("--seed", type=int, default=1, help="regen: engine i samples with seed SEED + i")
     ap.add_argument("--gpu-memory", type=float, default=0.6, help="regen: the GPU memory share of all engines together")
     ap.add_argument("--replies", default=None, help="eval: greedy MT-Bench replies made beforehand (JSON)")
     ap.add_argument("--shard-size", type=int, default=2048)
-    ap.add_argument("--kv-cache-gib", type=float, default=24.0,
-                    help="regen: each engine's KV cache (1,024 sequences x 896 tokens of a 135M target: ~21 GiB)")
+    ap.add_argument("--kv-cache-gib", type=float, default=20.0,
+                    help="regen: each engine's KV cache (1,024 sequences x 896 tokens of a 135M target: ~20 GiB)")
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--ab-prompts", type=int, default=0, help="regen: first turns for the transformers/vLLM A/B")
     ap.add_argument("--eval-prompts", type=int, default=80)

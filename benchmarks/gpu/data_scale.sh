@@ -34,7 +34,8 @@ if [ "${START:-0}" = 1 ] && ! pgrep -f "fz/data_scal[e]" > /dev/null && [ ! -f /
   cp benchmarks/gpu/data_scale.py /tmp/fz/      # the driver, like the library, outlives this call's tree
   setsid nohup python /tmp/fz/data_scale.py ${STAGES:-regen train eval} --out /tmp/dsout \
     --regen-s "${REGEN_S:-600}" --train-s "${TRAIN_S:-420}" --batch-size "${BATCH:-64}" \
-    --slices "${SLICES:-0:8697,8697:17393}" --seed "${SEED:-3}" --packed $(ls /tmp/vp/*.npz 2>/dev/null) \
+    --slices "${SLICES:-0:4348,4348:8696,8696:13044,13044:17393}" --seed "${SEED:-5}" \
+    --packed $(ls /tmp/vp/*.npz 2>/dev/null) \
     $([ -f /tmp/vp/mtbench_replies.json ] && echo --replies /tmp/vp/mtbench_replies.json) \
     > /tmp/dsout/driver.log 2>&1 < /dev/null &
   echo "run started"
