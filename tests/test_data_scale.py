@@ -104,3 +104,64 @@ def test_watch_gives_up_on_an_engine_that_keeps_failing(tmp_path):
                    relaunch_s=5, tries=2)
     assert rcs == [3] and ds.time.perf_counter() - t < 30
     assert len(list(tmp_path.glob("r.failed*.log"))) == 1
+
+
+def _turn_file(folder: Path, name: str, samples) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    torch.save([{"ids": s.ids.to(torch.int32), "prompt_len": s.prompt_len} for s in samples], folder / name)
+
+
+def test_stream_train_is_one_pass_over_a_pool_that_grows_while_it_trains(tmp_path):
+    """Turn files land while the trainer runs (as vLLM writes them): every sample is trained on exactly once,
+    the reply tokens counted are those of the samples trained on, milestones export in order, and the run ends
+    when the pool is spent and the engines are done."""
+    from helpers import learnable_samples, tiny_target
+
+    from peagle_lab.train.config import TrainConfig
+    from peagle_lab.train.trainer import Trainer
+    from peagle_lab.train.vocab import build_draft_vocab, token_counts
+
+    ds = _module()
+    work = tmp_path / "work"
+    first, later = learnable_samples(n=9, seed=1), learnable_samples(n=12, seed=2)
+    _turn_file(work / "data-carried", "shard-00000.pt", first)
+    files = ds.TurnFiles(work)
+    pool = files.fresh()
+    cfg = TrainConfig(method="peagle", num_layers=1, draft_vocab_size=40, max_depth=3, steps=10**6, batch_size=3,
+                      max_len=30, lr=3e-3, warmup_steps=2, seed=1, group_by_length=True)
+    ids, _ = build_draft_vocab(token_counts(pool, 50) + 1, 40)
+    trainer = Trainer(tiny_target(vocab=50), pool, cfg, tmp_path / "run", ids)
+    trained, exports, landed = [], [], []
+    real_step = trainer.train_step
+
+    def step():                         # record what each step trains on; the engines write a file meanwhile
+        b = cfg.batch_size
+        trained.extend(trainer.order[trainer.step * b:(trainer.step + 1) * b])
+        if trainer.step == 1:
+            _turn_file(work / "data-0", "shard-00000-t0.pt", later[:6])
+        if trainer.step == 3:
+            _turn_file(work / "data-1", "shard-00000-t0.pt", later[6:])
+            landed.append(True)
+        return real_step()
+
+    trainer.train_step = step
+    reply = 25                          # every learnable sample: 30 tokens, a 5-token prompt
+    seen = ds.stream_train(trainer, files, done=lambda: bool(landed), deadline=ds.time.perf_counter() + 120,
+                           marks=[4 * reply, 10 * reply], export=lambda tok, st: exports.append((tok, st)),
+                           poll_every=1, wait_s=0.01)
+    assert sorted(trained) == list(range(21)), "each of the 21 samples once"
+    assert len(trainer.samples) == 21 and seen == 21 * reply
+    assert [t for t, _ in exports] == [6 * reply, 12 * reply, 21 * reply]     # first step past each mark, the end
+    assert exports[-1][1] == trainer.step == 7
+
+
+def test_turn_files_are_read_once_and_a_broken_one_again_later(tmp_path):
+    from helpers import learnable_samples
+
+    ds = _module()
+    files = ds.TurnFiles(tmp_path)
+    (tmp_path / "data-0").mkdir()
+    (tmp_path / "data-0" / "shard-00000-t0.pt").write_bytes(b"not yet")
+    assert files.fresh() == []
+    _turn_file(tmp_path / "data-0", "shard-00000-t0.pt", learnable_samples(n=2))
+    assert len(files.fresh()) == 2 and files.fresh() == []

@@ -11,6 +11,11 @@ Three stages, one process (start it under ``setsid``; benchmarks/gpu/data_scale.
 3. ``eval``: every export and the shipped pair replayed on the same greedy replies to 80 MT-Bench prompts at
    K = 3, 5, 7 (as benchmarks/ablation_eval.py does).
 
+``stream`` runs 1 and 2 at once on the one GPU: both trainers read turn files as the engines write them (a 135M
+target leaves vLLM host-bound, so the GPU has room), one pass over a pool that grows behind them, then the fresh
+data is packed as soon as the engines stop. ``unpack``/``pack`` carry data between machines; ``serve`` runs the
+newest P-EAGLE export in CUDA vLLM; ``collect`` (on the CPU, afterwards) writes the curve.
+
 Everything lands in ``--out``: ``data_scaling.json`` (rewritten as rows arrive), ``regen_throughput.json``, logs.
 """
 from __future__ import annotations
@@ -251,6 +256,114 @@ def stage_train(args, out: Path, method: str) -> None:
     trainer.save_checkpoint()
 
 
+class TurnFiles:
+    """The samples of every turn file under ``work/data*`` not read yet (turn files are written whole, by rename:
+    a reader never sees half of one; one that fails to load is tried again on the next call)."""
+
+    def __init__(self, work: Path):
+        self.work, self.read = work, set()
+
+    def fresh(self) -> list:
+        import torch
+
+        from peagle_lab.train.data import Sample
+
+        new = []
+        for f in sorted(f for d in sorted(self.work.glob("data*")) for f in d.glob("shard-*.pt")):
+            if f in self.read:
+                continue
+            try:
+                new.extend(Sample(x["ids"].long(), int(x["prompt_len"])) for x in torch.load(f, weights_only=True))
+            except Exception as e:      # noqa: BLE001 - whatever broke the read, the next call reads it again
+                log(f"{f.name}: not readable yet ({type(e).__name__})")
+                continue
+            self.read.add(f)
+        return new
+
+
+def grow(trainer, new: list) -> None:
+    """Append ``new`` samples behind every one already in ``trainer``'s pool, in the trainer's own
+    length-grouped order: the pass stays one pass (no index comes twice) while the pool grows."""
+    from peagle_lab.train.trainer import sample_order
+
+    base = len(trainer.samples)
+    trainer.samples.extend(new)
+    trainer.order.extend(base + i for i in sample_order(new, trainer.cfg))
+
+
+def stream_train(trainer, files: TurnFiles, *, done, deadline: float, marks: list[int], export,
+                 poll_every: int = 20, wait_s: float = 5.0) -> int:
+    """Train ``trainer`` one pass over a pool that grows as turn files land, until ``deadline`` (perf_counter) or
+    until the pool is spent and ``done()`` says no more will come. The cosine is refitted to the time left every
+    50 steps. ``export(tokens, step)`` is called at each reply-token milestone in ``marks`` and at the end.
+    Returns the reply tokens seen."""
+    cfg, b = trainer.cfg, trainer.cfg.batch_size
+    seen, t_warm, last_fit = 0, None, 0
+    while time.perf_counter() < deadline:
+        if trainer.step % poll_every == 0 or (trainer.step + 1) * b > len(trainer.order):
+            new = files.fresh()
+            if new:
+                grow(trainer, new)
+        if (trainer.step + 1) * b > len(trainer.order):      # the next batch would reach past the pool
+            if done():
+                break
+            time.sleep(wait_s)
+            continue
+        batch = [trainer.samples[i] for i in trainer.order[trainer.step * b:(trainer.step + 1) * b]]
+        trainer.train_step()
+        seen += sum(max(0, min(x.ids.numel(), cfg.max_len) - x.prompt_len) for x in batch)
+        if t_warm is None:
+            t_warm = time.perf_counter()
+        elif trainer.step - last_fit >= 50:                    # fit the cosine to the time left
+            per = (time.perf_counter() - t_warm) / (trainer.step - 1)
+            trainer.total_steps = trainer.step + max(1, int((deadline - time.perf_counter()) / per))
+            last_fit = trainer.step
+        while marks and seen >= marks[0]:
+            marks.pop(0)
+            export(seen, trainer.step)
+    export(seen, trainer.step)
+    return seen
+
+
+def stage_stream(args, out: Path, method: str) -> None:
+    """``stream-<method>``: the method trained one pass over the data while vLLM is still writing it (stage
+    ``stream`` runs regen beside both), each milestone exported as in ``train``."""
+    from peagle_lab.target import Target
+    from peagle_lab.train.config import TrainConfig
+    from peagle_lab.train.trainer import Trainer
+    from peagle_lab.train.vocab import build_draft_vocab, token_counts
+
+    work, t0 = Path(args.work), time.perf_counter()
+    target = Target.load(device=DEVICE)
+    files = TurnFiles(work)
+    samples = files.fresh()
+    while not samples and time.perf_counter() - t0 < args.train_s / 2:   # no carried data: the first turn files
+        time.sleep(10)
+        samples = files.fresh()
+    cfg = TrainConfig(**RECIPES[method], draft_vocab_size=4096, batch_size=args.batch_size, max_len=768, lr=1e-3,
+                      warmup_steps=100, checkpoint_every=10**9, group_by_length=True, seed=0, steps=10**6)
+    ids, coverage = build_draft_vocab(token_counts(samples, target.vocab_size), 4096)
+    trainer = Trainer(target, samples, cfg, work / f"stream-{method}", ids)
+    rows = []
+
+    def export(tokens: int, step: int) -> None:
+        name = f"{method}-{tokens / 1e6:.1f}M"
+        path = trainer.export(work / "exports" / name, overwrite=True)
+        rows.append({"method": method, "reply_tokens": tokens, "steps": step, "planned_steps": trainer.total_steps,
+                     "lr_factor": trainer.sched.get_last_lr()[0] / cfg.lr, "drafter": str(path),
+                     "samples_in_pool": len(trainer.samples), "seconds": round(time.perf_counter() - t0, 1)})
+        log(f"{method}: export {name} at step {step}")
+        pool = sum(max(0, min(x.ids.numel(), cfg.max_len) - x.prompt_len) for x in trainer.samples)
+        write_json({"config": {**cfg.__dict__, "steps": trainer.total_steps}, "coverage": coverage, "rows": rows,
+                    "streamed": True, "samples": len(trainer.samples), "reply_tokens": pool},
+                   out / f"train_{method}.json")
+
+    marks = [m * 10**6 for m in MILESTONES_M]
+    seen = stream_train(trainer, files, done=(out / "regen.done").exists, deadline=t0 + args.train_s, marks=marks,
+                        export=export)
+    log(f"{method}: {seen} reply tokens in {trainer.step} steps, pool {len(trainer.samples)} samples")
+
+
 def batched_greedy(target, prompts: list[list[int]], new_tokens: int) -> list[list[int]]:
     """Greedy replies of ``new_tokens`` tokens (on past EOS, as ``greedy_replies(stop_at_eos=False)``) for all
     prompts in one left-padded ``generate`` call in float32: the teaching engine makes them one token at a time,
@@ -423,7 +536,7 @@ def collect(out: Path, dest: Path, command: str) -> dict:
         f = out / f"train_{m}.json"
         if f.exists():
             t = json.loads(f.read_text())
-            trained.update({Path(r["drafter"]).name: {**r, "samples_in_data": t["samples"],
+            trained.update({Path(r["drafter"]).name: {**r, "samples_in_data": t["samples"], "streamed": "streamed" in t,
                                                        "reply_tokens_in_data": t["reply_tokens"]} for r in t["rows"]})
     rows = []
     for name in ev["by_k"]["7"]:
@@ -442,7 +555,7 @@ def collect(out: Path, dest: Path, command: str) -> dict:
                          "al": al, "acceptance_per_position_k7": per, "drafter": name, "steps": r["steps"],
                          "batch_size": r.get("batch_size", 64), "planned_steps": r["planned_steps"],
                          "lr_factor_at_export": round(r["lr_factor"], 4), "passes": 1,
-                         "reply_tokens_seen": r["reply_tokens"]})
+                         "reply_tokens_seen": r["reply_tokens"], **({"streamed": True} if r["streamed"] else {})})
     rows += equal_step_rows()
     rows.sort(key=lambda r: (r["series"], r["method"], r["reply_tokens"]))
     result = {"command": command, "prompts": ev["prompts"], "max_new_tokens": ev["max_new_tokens"], "rows": rows}
@@ -453,11 +566,14 @@ def collect(out: Path, dest: Path, command: str) -> dict:
     return result
 
 
+STAGES = {"unpack", "regen", "stream", "train", "eval", "serve", "pack", "collect"}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("stages", nargs="+",
-                    choices=["unpack", "regen", "train", "train-peagle", "train-eagle", "eval", "serve", "pack",
-                             "collect"])
+                    choices=["unpack", "regen", "stream", "train", "train-peagle", "train-eagle", "stream-peagle",
+                             "stream-eagle", "eval", "serve", "pack", "collect"])
     ap.add_argument("--serve-s", type=float, default=420, help="serve: the most seconds vLLM may take")
     ap.add_argument("--packed", nargs="*", default=[], help="unpack: .npz files a pack stage made (carried data)")
     ap.add_argument("--dest", default="benchmarks/results/data_scaling.json", help="collect: the JSON to write")
@@ -490,15 +606,21 @@ def main() -> None:
         log(f"stage {stage}")
         if stage == "regen":
             stage_regen(args, out)
-        elif stage == "train":                               # both methods at once, one process each
-            me = [a for a in sys.argv[1:] if a not in {"unpack", "regen", "train", "eval", "serve", "pack", "collect"}]
-            procs = [subprocess.Popen([sys.executable, __file__, f"train-{m}", *me],
+        elif stage in ("train", "stream"):                   # both methods at once, one process each
+            me = [a for a in sys.argv[1:] if a not in STAGES]
+            procs = [subprocess.Popen([sys.executable, __file__, f"{stage}-{m}", *me],
                                       stdout=open(out / f"train_{m}.log", "w"), stderr=subprocess.STDOUT)
                      for m in ("peagle", "eagle")]
+            if stage == "stream":       # regenerate beside them; pack as soon as the data is whole
+                stage_regen(args, out)
+                (out / "regen.done").touch()
+                pack(Path(args.work), out)
             for p in procs:
                 p.wait()
         elif stage.startswith("train-"):
             stage_train(args, out, stage.removeprefix("train-"))
+        elif stage.startswith("stream-"):
+            stage_stream(args, out, stage.removeprefix("stream-"))
         elif stage == "serve":
             stage_serve(args, out)
         elif stage == "pack":
