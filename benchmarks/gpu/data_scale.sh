@@ -4,9 +4,10 @@
 #                                                                 optionally mtbench_replies.json: greedy replies)
 #   calls 2..15: PARK_ONLY=1 bash benchmarks/gpu/data_scale.sh   carry parts/vc.part-NN (each within 30 s)
 #   call 16:     START=1 bash benchmarks/gpu/data_scale.sh       carry parts/vc.part-14: installs, starts the run
-#                (STAGES defaults to "regen train eval"; "unpack regen pack train eval" trains on
-#                 parts/data/*.npz carried in this call plus fresh data and packs the fresh data before training,
-#                 so a call made while training runs can bring it back with BRING=data)
+#                (STAGES defaults to "regen train eval"; "unpack stream eval" trains both drafters while the
+#                 engines write, on parts/data/*.npz carried in this call plus the fresh data, and packs the fresh
+#                 data when the engines stop (REGEN_S), so a call made while training runs can bring it back with
+#                 BRING=data; TRAIN_S counts from the start, so make it longer than REGEN_S)
 #   calls 17+:   bash benchmarks/gpu/data_scale.sh               wait up to WAIT_S, bring back what is done
 # Side jobs on the same GPU (the regen engines have fixed KV caches, so a side job starting or stopping cannot break
 # their memory profiling), each started once by any call after the install: NB=1 runs notebooks 01-04 under
