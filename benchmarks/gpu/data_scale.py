@@ -589,8 +589,9 @@ def main() -> None:
     ap.add_argument("--gpu-memory", type=float, default=0.6, help="regen: the GPU memory share of all engines together")
     ap.add_argument("--replies", default=None, help="eval: greedy MT-Bench replies made beforehand (JSON)")
     ap.add_argument("--shard-size", type=int, default=2048)
-    ap.add_argument("--kv-cache-gib", type=float, default=20.0,
-                    help="regen: each engine's KV cache (1,024 sequences x 896 tokens of a 135M target: ~20 GiB)")
+    ap.add_argument("--kv-cache-gib", type=float, default=16.0,
+                    help="regen: each engine's KV cache (1,024 full sequences of 896 tokens: ~20 GiB; 16 leaves room "
+                         "for the stream stage's trainers)")
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--ab-prompts", type=int, default=0, help="regen: first turns for the transformers/vLLM A/B")
     ap.add_argument("--eval-prompts", type=int, default=80)
