@@ -19,7 +19,8 @@ set -uo pipefail
 mkdir -p /tmp/vp /tmp/dsout
 cp parts/vc.part-* /tmp/vp/ 2>/dev/null
 cp parts/ds/* /tmp/vp/ 2>/dev/null
-cp parts/data/*.npz /tmp/vp/ 2>/dev/null      # data packed by an earlier run (stage unpack reads them)
+cp parts/data*/*.npz /tmp/vp/ 2>/dev/null     # data packed by earlier runs (stage unpack reads them): parts/data,
+                                              # parts/data2, ... each carried by a call of its own when large
 [ -d parts/nbwheels ] && cp -r parts/nbwheels /tmp/vp/
 echo "parked: $(ls /tmp/vp | grep -c part) parts; $(ls /tmp/vp)"
 [ "${PARK_ONLY:-0}" = 1 ] && exit 0
