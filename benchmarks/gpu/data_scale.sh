@@ -74,9 +74,8 @@ if [ "${BRING:-0}" = 1 ] || [ "${BRING:-0}" = exports ]; then     # cut below th
   done
 fi
 if [ "${BRING:-0}" = 1 ] || [ "${BRING:-0}" = data ]; then
-  for f in /tmp/dsout/*.npz; do                 # data a pack stage made: join the pieces here with cat
-    [ -f "$f" ] && split -b 15000000 -d -a 1 "$f" "$OUT/$(basename "$f")."
-    [ -f "${f%.npz}.regenerate.json" ] && cp "${f%.npz}.regenerate.json" "$OUT/"
-  done
+  for f in /tmp/dsout/${DATA:-*}.npz; do        # data a pack stage made (DATA="data-[01]": some of it, when all of
+    [ -f "$f" ] && split -b 15000000 -d -a 1 "$f" "$OUT/$(basename "$f")."   # it passes 7 pieces); join with cat
+  done                                          # (each folder's regenerate.json rides in results.tgz)
 fi
 ls -la "$OUT"
