@@ -4,6 +4,7 @@ import importlib.util
 import json
 from pathlib import Path
 
+import pytest
 import torch
 
 from peagle_lab.train.data import load_samples
@@ -165,3 +166,110 @@ def test_turn_files_are_read_once_and_a_broken_one_again_later(tmp_path):
     assert files.fresh() == []
     _turn_file(tmp_path / "data-0", "shard-00000-t0.pt", learnable_samples(n=2))
     assert len(files.fresh()) == 2 and files.fresh() == []
+
+
+def test_a_later_window_goes_on_from_the_saved_state_and_trains_no_sample_twice(tmp_path):
+    """Window 1 trains on the data it has and saves its state; window 2, on a fresh trainer and a pool that holds
+    window 1's files again plus new ones, starts from the saved weights and step, counts reply tokens on from
+    window 1's and trains only the new samples: across the windows each sample once."""
+    from helpers import learnable_samples, tiny_target
+
+    from peagle_lab.train.config import TrainConfig
+    from peagle_lab.train.trainer import Trainer
+    from peagle_lab.train.vocab import build_draft_vocab, token_counts
+
+    ds = _module()
+    work, reply = tmp_path / "work", 25
+    old, new = learnable_samples(n=9, seed=1), learnable_samples(n=6, seed=2)
+    _turn_file(work / "data-0", "shard-00000-t0.pt", old)
+    cfg = TrainConfig(method="peagle", num_layers=1, draft_vocab_size=40, max_depth=3, steps=10**6, batch_size=3,
+                      max_len=30, lr=3e-3, warmup_steps=2, seed=1, group_by_length=True)
+    target = tiny_target(vocab=50)
+    ids, _ = build_draft_vocab(token_counts(old, 50) + 1, 40)
+    saved = []
+
+    def window(pool_files, state=None):
+        skip = frozenset(state["seen"].tolist()) if state else frozenset()
+        pool = [x for x in pool_files.fresh() if ds.sample_key(x) not in skip]
+        trainer = Trainer(target, pool, cfg, tmp_path / "run", state["draft_ids"] if state else ids)
+        if state:
+            ds.continue_from(trainer, {**state, "source": "window 1"})
+        trained = []
+        real = trainer.train_step
+        trainer.train_step = lambda: (trained.extend(trainer.order[trainer.step * 3:(trainer.step + 1) * 3]),
+                                      real())[1]
+        seen = ds.stream_train(trainer, pool_files, done=lambda: True, deadline=ds.time.perf_counter() + 120,
+                               marks=[], export=lambda tok, st: None, seen=state["reply_tokens_seen"] if state else 0,
+                               save=lambda tok: saved.append(ds.stream_state(trainer, tok, skip)), skip=skip,
+                               wait_s=0.01)
+        return trainer, [trainer.samples[i] for i in trained], seen
+
+    first, done1, seen1 = window(ds.TurnFiles(work))
+    assert seen1 == 9 * reply and first.step == 3 and len(done1) == 9
+    state = saved[-1]
+    assert state["step"] == 3 and state["reply_tokens_seen"] == seen1 and len(state["seen"]) == 9
+    _turn_file(work / "data-1", "shard-00000-t0.pt", new)
+    second, done2, seen2 = window(ds.TurnFiles(work), state)      # reads window 1's file again, and the new one
+    assert {ds.sample_key(x) for x in done2} == {ds.sample_key(x) for x in new}, "only the new samples"
+    assert second.step == 5 and seen2 == 15 * reply
+    assert len(saved[-1]["seen"]) == 15                           # both windows' samples, for a third window
+
+
+def test_continue_from_restores_the_weights_and_refuses_another_recipe(tmp_path):
+    from helpers import learnable_samples, tiny_target
+
+    from peagle_lab.train.config import TrainConfig
+    from peagle_lab.train.trainer import Trainer
+    from peagle_lab.train.vocab import build_draft_vocab, token_counts
+
+    ds = _module()
+    samples = learnable_samples(n=6, seed=3)
+    cfg = TrainConfig(method="peagle", num_layers=1, draft_vocab_size=40, max_depth=3, steps=10**6, batch_size=3,
+                      max_len=30, lr=3e-3, warmup_steps=2, seed=1)
+    target = tiny_target(vocab=50)
+    ids, _ = build_draft_vocab(token_counts(samples, 50) + 1, 40)
+    a = Trainer(target, samples, cfg, tmp_path / "a", ids)
+    a.train_step()
+    a.train_step()
+    state = {**ds.stream_state(a, 50, frozenset()), "source": "a"}
+    b = Trainer(target, samples, cfg, tmp_path / "b", ids)
+    ds.continue_from(b, state)
+    assert b.step == 2 and all(torch.equal(x, y) for x, y in zip(a.drafter.state_dict().values(),
+                                                                  b.drafter.state_dict().values()))
+    assert b.order[:6] == [None] * 6 and sorted(b.order[6:]) == list(range(6))
+    assert b.sched.get_last_lr()[0] < cfg.lr                      # the window's warm-up: no full step at once
+    other = Trainer(target, samples, TrainConfig(**{**cfg.__dict__, "num_layers": 2}), tmp_path / "c", ids)
+    with pytest.raises(SystemExit, match="another training recipe"):
+        ds.continue_from(other, state)
+
+
+def test_a_window_can_go_on_from_an_exported_drafter_named_in_resume_json(tmp_path):
+    """Weights only (a window whose state was not brought back): the drafter starts as exported, at the recorded
+    step and reply tokens, the optimiser afresh, and it trains and exports again."""
+    from helpers import learnable_samples, tiny_target
+
+    from peagle_lab.train.config import TrainConfig
+    from peagle_lab.train.trainer import Trainer
+    from peagle_lab.train.vocab import build_draft_vocab, token_counts
+
+    ds = _module()
+    samples = learnable_samples(n=6, seed=4)
+    cfg = TrainConfig(method="peagle", num_layers=1, draft_vocab_size=40, max_depth=3, steps=10**6, batch_size=3,
+                      max_len=30, lr=3e-3, warmup_steps=2, seed=1)
+    target = tiny_target(vocab=50)
+    ids, _ = build_draft_vocab(token_counts(samples, 50) + 1, 40)
+    a = Trainer(target, samples, cfg, tmp_path / "a", ids)
+    a.train_step()
+    a.export(tmp_path / "resume" / "peagle-0.1M")
+    (tmp_path / "resume" / "resume.json").write_text(json.dumps(
+        {"peagle": {"export": "peagle-0.1M", "reply_tokens_seen": 75, "steps": 1}}))
+    assert ds.load_resume(tmp_path / "resume", "eagle", target) is None
+    state = ds.load_resume(tmp_path / "resume", "peagle", target)
+    b = Trainer(target, samples, cfg, tmp_path / "b", state["draft_ids"], drafter=state["drafter_module"])
+    ds.continue_from(b, state)
+    for name, w in a.drafter.state_dict().items():              # as exported: bfloat16
+        assert torch.equal(b.drafter.state_dict()[name], w.to(torch.bfloat16).float()), name
+    seen = ds.stream_train(b, ds.TurnFiles(tmp_path / "none"), done=lambda: True,
+                           deadline=ds.time.perf_counter() + 60, marks=[], seen=75, wait_s=0.01,
+                           export=lambda tok, st: b.export(tmp_path / f"peagle-{tok}", overwrite=True))
+    assert b.step == 3 and seen == 75 + 6 * 25 and (tmp_path / "peagle-225" / "config.json").exists()

