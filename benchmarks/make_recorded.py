@@ -207,12 +207,14 @@ def data_scaling() -> dict:
     """AL at K = 3, 5, 7 on 80 MT-Bench prompts (replayed) against the reply tokens a drafter was trained on, per
     series (one pass over fresh data, equal steps, shipped), and what regeneration costs."""
     raw, regen = _raw("data_scaling.json"), _raw("regen_throughput_h200.json")
-    keep = ("series", "method", "name", "reply_tokens", "reply_tokens_seen", "passes", "steps", "al")
+    keep = ("series", "method", "name", "reply_tokens", "reply_tokens_seen", "passes", "steps", "lr_factor_at_export",
+            "al")
     return {"source": "benchmarks/results/data_scaling.json", "prompts": raw["prompts"],
             "rows": [{k: r[k] for k in keep if k in r} for r in raw["rows"]],
             "regeneration_tokens_per_s": {"transformers": regen["ab"]["transformers"]["tokens_per_s"],
                                           "vllm": regen["ab"]["vllm"]["tokens_per_s"],
-                                          "vllm_multi_turn": regen["main"]["steady_reply_tokens_per_s"]}}
+                                          "vllm_multi_turn": regen["main"]["steady_reply_tokens_per_s"],
+                                          "vllm_four_engines": regen["four_engines"]["steady_reply_tokens_per_s"]}}
 
 
 RECORDED = {f.__name__: f for f in (acceptance_by_category, drafter_size, objective_ab, train_memory_8b, kernel_timings,

@@ -106,6 +106,19 @@ def data_scaling(r: dict) -> str:
             f"P-EAGLE {best['peagle']['al']['7']:.3f}, EAGLE-3 {best['eagle']['al']['7']:.3f}")
 
 
+def stream_run(r: dict) -> str:
+    t = r["train"]
+    seen = {m: max(x["reply_tokens"] for x in t[m]["rows"]) for m in t}
+    return (f"{t['peagle']['reply_tokens'] / 1e6:.1f}M reply tokens in the pool; seen in one pass: P-EAGLE "
+            f"{seen['peagle'] / 1e6:.1f}M, EAGLE-3 {seen['eagle'] / 1e6:.1f}M")
+
+
+def regen_throughput(r: dict) -> str:
+    return (f"vLLM {r['ab']['vllm']['tokens_per_s']:,.0f} vs transformers {r['ab']['transformers']['tokens_per_s']:,.0f}"
+            f" tok/s (same prompts); 4 engines turn by turn: {r['four_engines']['steady_reply_tokens_per_s']:,.0f} "
+            f"reply tok/s steady")
+
+
 def train_runs(r: dict) -> str:
     """The drafters a training run produced: name, method, layers."""
     return ", ".join(f"{x['name']} ({x.get('method', '?')} {x.get('num_layers', '?')}L)" for x in r["runs"])
@@ -184,7 +197,9 @@ TOPICS = [
          data_scaling),
         ("data_scale_train_h200.json",
          "both drafters trained in one pass over 3.9M fresh reply tokens (training accuracy per depth)", None),
-        ("regen_throughput_h200.json", "regeneration throughput on an H200", None)]),
+        ("data_scale_stream_h200.json", "the stream run: four vLLM engines regenerate while both drafters train in one "
+         "pass (logs, train records, replays)", stream_run),
+        ("regen_throughput_h200.json", "regeneration throughput on an H200", regen_throughput)]),
     ("Training speed and memory", "training-speed-and-memory.md", [
         ("train_step_grouped_h200.json", "a training step with batches grouped by length", None),
         ("train_step_cudnn_h200.json", "a training step with and without cuDNN attention", None),
