@@ -114,7 +114,8 @@ def stream_run(r: dict) -> str:
 
 
 def regen_throughput(r: dict) -> str:
-    return (f"vLLM {r['ab']['vllm']['tokens_per_s']:,.0f} vs transformers {r['ab']['transformers']['tokens_per_s']:,.0f}"
+    ab = r["ab"]
+    return (f"vLLM {ab['vllm']['tokens_per_s']:,.0f} vs transformers {ab['transformers']['tokens_per_s']:,.0f}"
             f" tok/s (same prompts); 4 engines turn by turn: {r['four_engines']['steady_reply_tokens_per_s']:,.0f} "
             f"reply tok/s steady")
 

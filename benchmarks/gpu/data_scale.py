@@ -549,9 +549,9 @@ def stage_eval(args, out: Path) -> None:
                    out / "eval.json")
 
 
-SHIPPED = {   # the shipped pair: 1.97M distinct reply tokens (9,920 samples), seen many times over
-    "peagle-shipped": dict(method="peagle", reply_tokens=1_967_157, drafter="peagle_lab/drafters/peagle-smollm2"),
-    "eagle-shipped": dict(method="eagle", reply_tokens=1_967_157, drafter="peagle_lab/drafters/eagle-smollm2"),
+SHIPPED = {   # the shipped pair: 3.69M distinct reply tokens in 16,384 conversations (data_stats.json), 9-11 passes
+    "peagle-shipped": dict(method="peagle", reply_tokens=3_687_185, drafter="peagle_lab/drafters/peagle-smollm2"),
+    "eagle-shipped": dict(method="eagle", reply_tokens=3_687_185, drafter="peagle_lab/drafters/eagle-smollm2"),
 }
 
 
@@ -663,10 +663,10 @@ def collect(out: Path, dest: Path, command: str) -> dict:
         if name in SHIPPED:
             info = json.loads((Path(SHIPPED[name]["drafter"]) / "training.json").read_text())
             cfg = info["config"]
-            passes = info["steps"] * cfg["batch_size"] / 9920
+            passes = info["steps"] * cfg["batch_size"] / 16_384
             rows.append({**SHIPPED[name], "series": "shipped", "name": name, "al": al,
                          "acceptance_per_position_k7": per, "steps": info["steps"], "batch_size": cfg["batch_size"],
-                         "passes": round(passes, 1), "reply_tokens_seen": round(passes * 1_967_157)})
+                         "passes": round(passes, 1), "reply_tokens_seen": round(passes * 3_687_185)})
         elif name in trained:
             r = trained[name]
             rows.append({"method": r["method"], "series": "one pass", "name": name, "reply_tokens": r["reply_tokens"],
