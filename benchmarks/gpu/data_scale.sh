@@ -88,9 +88,10 @@ if [ "${BRING:-0}" = 1 ] || [ "${BRING:-0}" = data ]; then
 fi
 if [ "${BRING:-0}" = state ]; then             # the trainers' states (stream-<m>.pt, ~110 MB for P-EAGLE): pieces
   mkdir -p /tmp/dsout/pieces                    # of 15 MB; PIECES picks some (7 a call), e.g. "stream-peagle.pt.[0-6]"
-  for f in /tmp/dsout/stream-*.pt; do
-    [ -f "$f" ] && [ ! -f "/tmp/dsout/pieces/$(basename "$f").0" ] && split -b 15000000 -d -a 1 "$f" "/tmp/dsout/pieces/$(basename "$f")."
+  for f in /tmp/dsout/stream-*.pt; do          # cut again whenever the trainer has saved since (saves are atomic)
+    b=/tmp/dsout/pieces/$(basename "$f")
+    [ -f "$f" ] && [ "$f" -nt "$b.0" ] && rm -f "$b".? && split -b 15000000 -d -a 1 "$f" "$b."
   done
-  cp /tmp/dsout/pieces/${PIECES:-*} "$OUT/" 2>/dev/null
+  for p in ${PIECES:-*}; do cp /tmp/dsout/pieces/$p "$OUT/" 2>/dev/null; done   # PIECES: patterns, space-separated
 fi
 ls -la "$OUT"
