@@ -215,22 +215,31 @@ def test_a_later_window_goes_on_from_the_saved_state_and_trains_no_sample_twice(
     assert len(saved[-1]["seen"]) == 15                           # both windows' samples, for a third window
 
 
-def test_continue_from_restores_the_weights_and_refuses_another_recipe(tmp_path):
+def _trained(tmp_path, steps: int):
+    """A tiny P-EAGLE trainer (batch 3, six learnable samples) after ``steps`` steps, with what built it."""
     from helpers import learnable_samples, tiny_target
 
     from peagle_lab.train.config import TrainConfig
     from peagle_lab.train.trainer import Trainer
     from peagle_lab.train.vocab import build_draft_vocab, token_counts
 
-    ds = _module()
     samples = learnable_samples(n=6, seed=3)
     cfg = TrainConfig(method="peagle", num_layers=1, draft_vocab_size=40, max_depth=3, steps=10**6, batch_size=3,
                       max_len=30, lr=3e-3, warmup_steps=2, seed=1)
     target = tiny_target(vocab=50)
     ids, _ = build_draft_vocab(token_counts(samples, 50) + 1, 40)
-    a = Trainer(target, samples, cfg, tmp_path / "a", ids)
-    a.train_step()
-    a.train_step()
+    trainer = Trainer(target, samples, cfg, tmp_path / "a", ids)
+    for _ in range(steps):
+        trainer.train_step()
+    return trainer, samples, cfg, target, ids
+
+
+def test_continue_from_restores_the_weights_and_refuses_another_recipe(tmp_path):
+    from peagle_lab.train.config import TrainConfig
+    from peagle_lab.train.trainer import Trainer
+
+    ds = _module()
+    a, samples, cfg, target, ids = _trained(tmp_path, steps=2)
     state = {**ds.stream_state(a, 50, frozenset()), "source": "a"}
     b = Trainer(target, samples, cfg, tmp_path / "b", ids)
     ds.continue_from(b, state)
@@ -246,20 +255,10 @@ def test_continue_from_restores_the_weights_and_refuses_another_recipe(tmp_path)
 def test_a_window_can_go_on_from_an_exported_drafter_named_in_resume_json(tmp_path):
     """Weights only (a window whose state was not brought back): the drafter starts as exported, at the recorded
     step and reply tokens, the optimiser afresh, and it trains and exports again."""
-    from helpers import learnable_samples, tiny_target
-
-    from peagle_lab.train.config import TrainConfig
     from peagle_lab.train.trainer import Trainer
-    from peagle_lab.train.vocab import build_draft_vocab, token_counts
 
     ds = _module()
-    samples = learnable_samples(n=6, seed=4)
-    cfg = TrainConfig(method="peagle", num_layers=1, draft_vocab_size=40, max_depth=3, steps=10**6, batch_size=3,
-                      max_len=30, lr=3e-3, warmup_steps=2, seed=1)
-    target = tiny_target(vocab=50)
-    ids, _ = build_draft_vocab(token_counts(samples, 50) + 1, 40)
-    a = Trainer(target, samples, cfg, tmp_path / "a", ids)
-    a.train_step()
+    a, samples, cfg, target, _ = _trained(tmp_path, steps=1)
     a.export(tmp_path / "resume" / "peagle-0.1M")
     (tmp_path / "resume" / "resume.json").write_text(json.dumps(
         {"peagle": {"export": "peagle-0.1M", "reply_tokens_seen": 75, "steps": 1}}))
