@@ -14,8 +14,9 @@
 # nbmake (21_notebooks_cuda.sh, from a copy of the tree, wheels from parts/nbwheels parked in an earlier call;
 # results in nb/), SERVE=1 serves the newest P-EAGLE export in CUDA vLLM as soon as one exists (stage serve).
 # Continuing an earlier window (stage stream, --resume): carry parts/resume-*/ folders, each in a call of its own:
-# the stream-<m>.pt pieces that BRING=state brought back (PIECES="stream-peagle.pt.[0-6]", then the rest; they are
-# joined here), or exported drafters named in a resume.json. Carry no data those trainers saw: only a state's sample
+# the stream-<m>.pt pieces that BRING=state brought back (two calls at the end of a run: PIECES="stream-peagle.pt.[0-6]",
+# then PIECES="stream-peagle.pt.[7-9] stream-eagle.pt.?"; the trainers save every 2 minutes, so a call made mid-run
+# brings a state too; the pieces are joined here), or exported drafters named in a resume.json. Carry no data those trainers saw: only a state's sample
 # keys keep them from training on a sample twice.
 # The run uses the library as it was when parts/ds/fz.tgz was made (git archive of a commit), so edits to the tree
 # between calls cannot change it.
