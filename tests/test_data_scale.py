@@ -272,3 +272,31 @@ def test_a_window_can_go_on_from_an_exported_drafter_named_in_resume_json(tmp_pa
                            deadline=ds.time.perf_counter() + 60, marks=[], seen=75, wait_s=0.01,
                            export=lambda tok, st: b.export(tmp_path / f"peagle-{tok}", overwrite=True))
     assert b.step == 3 and seen == 75 + 6 * 25 and (tmp_path / "peagle-225" / "config.json").exists()
+
+
+def test_collect_keeps_the_rows_an_earlier_allocation_replayed(tmp_path):
+    """A continued run's collect adds its milestones to the curve: rows it replayed again (the shipped pair) are
+    replaced, the earlier run's one-pass rows stay, and each command is listed."""
+    ds = _module()
+    out, dest = tmp_path / "out", tmp_path / "data_scaling.json"
+    out.mkdir()
+    per = [0.4, 0.1, 0.02, 0.0, 0.0, 0.0, 0.0]
+    ev = {"prompts": "mt-bench:80", "max_new_tokens": 128,
+          "by_k": {k: {n: {"acceptance_length": al, "acceptance_per_position": per[:int(k)]}
+                       for n, al in (("peagle-shipped", 1.94), ("peagle-35.0M", 1.75))} for k in ("3", "5", "7")}}
+    (out / "eval.json").write_text(json.dumps(ev))
+    row = {"method": "peagle", "reply_tokens": 35_000_001, "steps": 2900, "planned_steps": 3300, "lr_factor": 0.5,
+           "drafter": "/tmp/ds/exports/peagle-35.0M", "continued_from": "x/stream-peagle.pt"}
+    (out / "train_peagle.json").write_text(json.dumps({"samples": 9, "reply_tokens": 36_000_000, "streamed": True,
+                                                       "rows": [row]}))
+    earlier = {"commands": ["the first run"], "rows": [
+        {"series": "one pass", "method": "peagle", "name": "peagle-20.0M", "reply_tokens": 20_007_911, "al": {}},
+        {"series": "shipped", "method": "peagle", "name": "peagle-shipped", "reply_tokens": 3_687_185, "al": {}}]}
+    dest.write_text(json.dumps(earlier))
+    result = ds.collect(out, dest, "the second run", keep=True)
+    rows = {r["name"]: r for r in result["rows"]}
+    assert rows["peagle-20.0M"] == earlier["rows"][0]                     # kept as it was
+    assert rows["peagle-shipped"]["al"]["7"] == 1.94                      # replayed again: replaced
+    assert rows["peagle-35.0M"]["continued_from"] == "x/stream-peagle.pt" and rows["peagle-35.0M"]["steps"] == 2900
+    assert result["commands"] == ["the first run", "the second run"]
+    assert [n for n in rows if n.startswith("peagle-")] == ["peagle-20.0M", "peagle-35.0M", "peagle-shipped"]

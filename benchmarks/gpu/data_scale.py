@@ -645,9 +645,11 @@ def equal_step_rows() -> list[dict]:
     return rows
 
 
-def collect(out: Path, dest: Path, command: str) -> dict:
+def collect(out: Path, dest: Path, command: str, keep: bool = False) -> dict:
     """``data_scaling.json``: one row per drafter replayed in ``eval.json`` (the shipped pair and each one-pass
-    export), plus the recipe ablation's equal-step data arms. ``series`` tells them apart."""
+    export), plus the recipe ablation's equal-step data arms. ``series`` tells them apart. ``keep``: rows already
+    in ``dest`` that this run did not replay again stay (a run continued over several allocations adds its
+    milestones to the curve)."""
     ev = json.loads((out / "eval.json").read_text())
     trained = {}
     for m in ("peagle", "eagle"):
@@ -673,10 +675,17 @@ def collect(out: Path, dest: Path, command: str) -> dict:
                          "al": al, "acceptance_per_position_k7": per, "drafter": name, "steps": r["steps"],
                          "batch_size": r.get("batch_size", 64), "planned_steps": r["planned_steps"],
                          "lr_factor_at_export": round(r["lr_factor"], 4), "passes": 1,
-                         "reply_tokens_seen": r["reply_tokens"], **({"streamed": True} if r["streamed"] else {})})
+                         "reply_tokens_seen": r["reply_tokens"], **({"streamed": True} if r["streamed"] else {}),
+                         **({"continued_from": r["continued_from"]} if "continued_from" in r else {})})
     rows += equal_step_rows()
+    commands = [command]
+    if keep and dest.exists():
+        old = json.loads(dest.read_text())
+        names = {r["name"] for r in rows}
+        rows += [r for r in old["rows"] if r["name"] not in names]
+        commands = [*old.get("commands", [old.get("command")]), command]
     rows.sort(key=lambda r: (r["series"], r["method"], r["reply_tokens"]))
-    result = {"command": command, "prompts": ev["prompts"], "max_new_tokens": ev["max_new_tokens"], "rows": rows}
+    result = {"commands": commands, "prompts": ev["prompts"], "max_new_tokens": ev["max_new_tokens"], "rows": rows}
     regen = out / "regen_throughput.json"
     if regen.exists():
         result["regeneration"] = json.loads(regen.read_text())
@@ -698,6 +707,8 @@ def main() -> None:
                     help="stream: a folder with stream-<method>.pt states an earlier window saved (or exports named "
                          "in resume.json): both methods go on from there")
     ap.add_argument("--dest", default="benchmarks/results/data_scaling.json", help="collect: the JSON to write")
+    ap.add_argument("--keep-rows", action="store_true",
+                    help="collect: keep the rows already in --dest that this run did not replay again")
     ap.add_argument("--out", required=True)
     ap.add_argument("--work", default="/tmp/ds")
     ap.add_argument("--regen-s", type=float, default=480)
@@ -751,7 +762,7 @@ def main() -> None:
             for f in args.packed:
                 unpack(Path(f), Path(args.work))
         elif stage == "collect":
-            collect(out, Path(args.dest), "python " + " ".join(sys.argv))
+            collect(out, Path(args.dest), "python " + " ".join(sys.argv), keep=args.keep_rows)
         else:
             stage_eval(args, out)
     log("done")
