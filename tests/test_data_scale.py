@@ -258,12 +258,17 @@ def test_a_window_can_go_on_from_an_exported_drafter_named_in_resume_json(tmp_pa
     from peagle_lab.train.trainer import Trainer
 
     ds = _module()
-    a, samples, cfg, target, _ = _trained(tmp_path, steps=1)
+    a, samples, cfg, target, ids = _trained(tmp_path, steps=1)
     a.export(tmp_path / "resume" / "peagle-0.1M")
     (tmp_path / "resume" / "resume.json").write_text(json.dumps(
         {"peagle": {"export": "peagle-0.1M", "reply_tokens_seen": 75, "steps": 1}}))
     assert ds.load_resume(tmp_path / "resume", "eagle", target) is None
+    if torch.cuda.is_available():        # the loader on a GPU target (it once mixed devices there): the same ids
+        target.model.cuda()
+        assert torch.equal(ds.load_resume(tmp_path / "resume", "peagle", target)["draft_ids"], ids.cpu())
+        target.model.cpu()
     state = ds.load_resume(tmp_path / "resume", "peagle", target)
+    assert torch.equal(state["draft_ids"], ids.cpu())           # the draft vocabulary the export was built with
     b = Trainer(target, samples, cfg, tmp_path / "b", state["draft_ids"], drafter=state["drafter_module"])
     ds.continue_from(b, state)
     for name, w in a.drafter.state_dict().items():              # as exported: bfloat16

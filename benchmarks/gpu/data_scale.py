@@ -379,7 +379,7 @@ def load_resume(folder: Path, method: str, target) -> dict | None:
         return None
     r = record[method]
     drafter = load_drafter(folder / r["export"], target)
-    ids = drafter.to_target_ids(torch.arange(drafter.cfg.draft_vocab_size)).cpu()
+    ids = drafter.to_target_ids(torch.arange(drafter.cfg.draft_vocab_size, device=drafter.d2t.device)).cpu()
     return {"drafter_module": drafter, "draft_ids": ids, "step": int(r["steps"]), "reply_tokens_seen":
             int(r["reply_tokens_seen"]), "seen": torch.tensor(r.get("seen", []), dtype=torch.int64),
             "source": str(folder / r["export"])}
