@@ -214,7 +214,9 @@ def data_scaling() -> dict:
             "regeneration_tokens_per_s": {"transformers": regen["ab"]["transformers"]["tokens_per_s"],
                                           "vllm": regen["ab"]["vllm"]["tokens_per_s"],
                                           "vllm_multi_turn": regen["main"]["steady_reply_tokens_per_s"],
-                                          "vllm_four_engines": regen["four_engines"]["steady_reply_tokens_per_s"]}}
+                                          "vllm_four_engines": regen["four_engines"]["steady_reply_tokens_per_s"],
+                                          "vllm_four_engines_alone":
+                                              regen["four_engines_alone"]["steady_reply_tokens_per_s"]}}
 
 
 RECORDED = {f.__name__: f for f in (acceptance_by_category, drafter_size, objective_ab, train_memory_8b, kernel_timings,

@@ -109,7 +109,7 @@ def data_scaling(r: dict) -> str:
 def stream_run(r: dict) -> str:
     t = r["train"]
     seen = {m: max(x["reply_tokens"] for x in t[m]["rows"]) for m in t}
-    return (f"{t['peagle']['reply_tokens'] / 1e6:.1f}M reply tokens in the pool; seen in one pass: P-EAGLE "
+    return (f"{t['peagle']['reply_tokens'] / 1e6:.1f}M reply tokens in the pool; seen by the end, one pass: P-EAGLE "
             f"{seen['peagle'] / 1e6:.1f}M, EAGLE-3 {seen['eagle'] / 1e6:.1f}M")
 
 
@@ -117,7 +117,8 @@ def regen_throughput(r: dict) -> str:
     ab = r["ab"]
     return (f"vLLM {ab['vllm']['tokens_per_s']:,.0f} vs transformers {ab['transformers']['tokens_per_s']:,.0f}"
             f" tok/s (same prompts); 4 engines turn by turn: {r['four_engines']['steady_reply_tokens_per_s']:,.0f} "
-            f"reply tok/s steady")
+            f"reply tok/s steady beside two trainers"
+            + (f", {r['four_engines_alone']['steady_reply_tokens_per_s']:,.0f} alone" if "four_engines_alone" in r else ""))
 
 
 def train_runs(r: dict) -> str:
@@ -200,6 +201,8 @@ TOPICS = [
          "both drafters trained in one pass over 3.9M fresh reply tokens (training accuracy per depth)", None),
         ("data_scale_stream_h200.json", "the stream run: four vLLM engines regenerate while both drafters train in one "
          "pass (logs, train records, replays)", stream_run),
+        ("data_scale_continue_h200.json", "its continuation on fresh data from the saved drafters: regeneration, then "
+         "both drafters trained further (logs, train records, replays)", stream_run),
         ("regen_throughput_h200.json", "regeneration throughput on an H200", regen_throughput)]),
     ("Training speed and memory", "training-speed-and-memory.md", [
         ("train_step_grouped_h200.json", "a training step with batches grouped by length", None),

@@ -294,7 +294,7 @@ def test_collect_keeps_the_rows_an_earlier_allocation_replayed(tmp_path):
            "drafter": "/tmp/ds/exports/peagle-35.0M", "continued_from": "x/stream-peagle.pt"}
     (out / "train_peagle.json").write_text(json.dumps({"samples": 9, "reply_tokens": 36_000_000, "streamed": True,
                                                        "rows": [row]}))
-    earlier = {"commands": ["the first run"], "rows": [
+    earlier = {"what": "by hand", "commands": ["the first run"], "rows": [
         {"series": "one pass", "method": "peagle", "name": "peagle-20.0M", "reply_tokens": 20_007_911, "al": {}},
         {"series": "shipped", "method": "peagle", "name": "peagle-shipped", "reply_tokens": 3_687_185, "al": {}}]}
     dest.write_text(json.dumps(earlier))
@@ -303,5 +303,5 @@ def test_collect_keeps_the_rows_an_earlier_allocation_replayed(tmp_path):
     assert rows["peagle-20.0M"] == earlier["rows"][0]                     # kept as it was
     assert rows["peagle-shipped"]["al"]["7"] == 1.94                      # replayed again: replaced
     assert rows["peagle-35.0M"]["continued_from"] == "x/stream-peagle.pt" and rows["peagle-35.0M"]["steps"] == 2900
-    assert result["commands"] == ["the first run", "the second run"]
+    assert result["commands"] == ["the first run", "the second run"] and result["what"] == "by hand"
     assert [n for n in rows if n.startswith("peagle-")] == ["peagle-20.0M", "peagle-35.0M", "peagle-shipped"]

@@ -678,14 +678,16 @@ def collect(out: Path, dest: Path, command: str, keep: bool = False) -> dict:
                          "reply_tokens_seen": r["reply_tokens"], **({"streamed": True} if r["streamed"] else {}),
                          **({"continued_from": r["continued_from"]} if "continued_from" in r else {})})
     rows += equal_step_rows()
-    commands = [command]
+    commands, about = [command], {}
     if keep and dest.exists():
         old = json.loads(dest.read_text())
         names = {r["name"] for r in rows}
         rows += [r for r in old["rows"] if r["name"] not in names]
         commands = [*old.get("commands", [old.get("command")]), command]
+        about = {k: old[k] for k in ("date", "what", "machine") if k in old}     # written by hand: they stay
     rows.sort(key=lambda r: (r["series"], r["method"], r["reply_tokens"]))
-    result = {"commands": commands, "prompts": ev["prompts"], "max_new_tokens": ev["max_new_tokens"], "rows": rows}
+    result = {**about, "commands": commands, "prompts": ev["prompts"], "max_new_tokens": ev["max_new_tokens"],
+              "rows": rows}
     regen = out / "regen_throughput.json"
     if regen.exists():
         result["regeneration"] = json.loads(regen.read_text())
