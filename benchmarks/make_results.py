@@ -115,10 +115,10 @@ def stream_run(r: dict) -> str:
 
 def regen_throughput(r: dict) -> str:
     ab = r["ab"]
+    alone = r.get("four_engines_alone", {}).get("steady_reply_tokens_per_s")
     return (f"vLLM {ab['vllm']['tokens_per_s']:,.0f} vs transformers {ab['transformers']['tokens_per_s']:,.0f}"
             f" tok/s (same prompts); 4 engines turn by turn: {r['four_engines']['steady_reply_tokens_per_s']:,.0f} "
-            f"reply tok/s steady beside two trainers"
-            + (f", {r['four_engines_alone']['steady_reply_tokens_per_s']:,.0f} alone" if "four_engines_alone" in r else ""))
+            f"reply tok/s steady beside two trainers" + (f", {alone:,.0f} alone" if alone else ""))
 
 
 def train_runs(r: dict) -> str:

@@ -14,10 +14,11 @@
 # nbmake (21_notebooks_cuda.sh, from a copy of the tree, wheels from parts/nbwheels parked in an earlier call;
 # results in nb/), SERVE=1 serves the newest P-EAGLE export in CUDA vLLM as soon as one exists (stage serve).
 # Continuing an earlier window (stage stream, --resume): carry parts/resume-*/ folders, each in a call of its own:
-# the stream-<m>.pt pieces that BRING=state brought back (two calls at the end of a run: PIECES="stream-peagle.pt.[0-6]",
-# then PIECES="stream-peagle.pt.[7-9] stream-eagle.pt.?"; the trainers save every 2 minutes, so a call made mid-run
-# brings a state too; the pieces are joined here), or exported drafters named in a resume.json. Carry no data those trainers saw: only a state's sample
-# keys keep them from training on a sample twice.
+# the stream-<m>.pt pieces that BRING=state brought back (a call returns about 64 MiB, so four calls at the end of a
+# run: PIECES="stream-peagle.pt.[0-3]", "stream-peagle.pt.[4-7]", "stream-eagle.pt.[0-3]", "stream-eagle.pt.[4-5]";
+# the trainers save every 2 minutes, so a call made mid-run brings a state too; the pieces are joined here), or
+# exported drafters named in a resume.json. Carry no data those trainers saw unless a state came back: only a
+# state's sample keys keep them from training on a sample twice.
 # The run uses the library as it was when parts/ds/fz.tgz was made (git archive of a commit), so edits to the tree
 # between calls cannot change it.
 set -uo pipefail
@@ -83,12 +84,12 @@ if [ "${BRING:-0}" = 1 ] || [ "${BRING:-0}" = exports ]; then     # cut below th
   done
 fi
 if [ "${BRING:-0}" = 1 ] || [ "${BRING:-0}" = data ]; then
-  for f in /tmp/dsout/${DATA:-*}.npz; do        # data a pack stage made (DATA="data-[01]": some of it, when all of
-    [ -f "$f" ] && split -b 15000000 -d -a 1 "$f" "$OUT/$(basename "$f")."   # it passes 7 pieces); join with cat
+  for f in /tmp/dsout/${DATA:-*}.npz; do        # data a pack stage made (DATA="data-[01]": some of it; a call
+    [ -f "$f" ] && split -b 15000000 -d -a 1 "$f" "$OUT/$(basename "$f")."   # returns ~64 MiB); join with cat
   done                                          # (each folder's regenerate.json rides in results.tgz)
 fi
 if [ "${BRING:-0}" = state ]; then             # the trainers' states (stream-<m>.pt, ~110 MB for P-EAGLE): pieces
-  mkdir -p /tmp/dsout/pieces                    # of 15 MB; PIECES picks some (7 a call), e.g. "stream-peagle.pt.[0-6]"
+  mkdir -p /tmp/dsout/pieces                    # of 15 MB; PIECES picks some (4 a call), e.g. "stream-peagle.pt.[0-3]"
   for f in /tmp/dsout/stream-*.pt; do          # cut again whenever the trainer has saved since (saves are atomic)
     b=/tmp/dsout/pieces/$(basename "$f")
     [ -f "$f" ] && [ "$f" -nt "$b.0" ] && rm -f "$b".? && split -b 15000000 -d -a 1 "$f" "$b."
