@@ -87,6 +87,12 @@ def crosscheck(r: dict) -> str:
             f"{r['greedy_vllm_identical_to_teaching_engine']}")
 
 
+def drafter_crosscheck(r: dict) -> str:
+    return (f"vLLM AL {r['vllm']['acceptance_length']:.3f}, teaching engine "
+            f"{r['teaching_engine']['acceptance_length']:.3f} (K={r['k']}); largest gap per position "
+            f"{r['max_abs_gap_per_position']:.3f}; greedy output unchanged: {r['vllm']['identical_to_ar']}")
+
+
 def learned_mask(r: dict) -> str:
     name, c1 = r["drafter"]["name"], r["serve"]["results"][0]
     ours = r["replay"]["by_k"][str(c1["k"])][name]["acceptance_length"]
@@ -203,7 +209,11 @@ TOPICS = [
          "pass (logs, train records, replays)", stream_run),
         ("data_scale_continue_h200.json", "its continuation on fresh data from the saved drafters: regeneration, then "
          "both drafters trained further (logs, train records, replays)", stream_run),
-        ("regen_throughput_h200.json", "regeneration throughput on an H200", regen_throughput)]),
+        ("regen_throughput_h200.json", "regeneration throughput on an H200", regen_throughput),
+        ("vllm_cpu_crosscheck_peagle_40M.json", "the 39.8M P-EAGLE (4 layers, learned mask row) in vLLM's CPU build "
+         "against the teaching engine", drafter_crosscheck),
+        ("vllm_cpu_crosscheck_eagle_42M.json", "the 42.4M EAGLE-3 in vLLM's CPU build against the teaching engine",
+         drafter_crosscheck)]),
     ("Training speed and memory", "training-speed-and-memory.md", [
         ("train_step_grouped_h200.json", "a training step with batches grouped by length", None),
         ("train_step_cudnn_h200.json", "a training step with and without cuDNN attention", None),

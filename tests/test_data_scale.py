@@ -305,3 +305,13 @@ def test_collect_keeps_the_rows_an_earlier_allocation_replayed(tmp_path):
     assert rows["peagle-35.0M"]["continued_from"] == "x/stream-peagle.pt" and rows["peagle-35.0M"]["steps"] == 2900
     assert result["commands"] == ["the first run", "the second run"] and result["what"] == "by hand"
     assert [n for n in rows if n.startswith("peagle-")] == ["peagle-20.0M", "peagle-35.0M", "peagle-shipped"]
+
+
+def test_the_serving_crosscheck_names_the_fix_for_a_bad_drafter_argument(tmp_path):
+    import subprocess
+    import sys
+
+    for bad in ("peagle", "medusa=" + str(tmp_path), "peagle=" + str(tmp_path / "missing")):
+        done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "vllm_cpu_crosscheck.py"), "--drafter", bad],
+                              capture_output=True, text=True)
+        assert done.returncode != 0 and "give METHOD=DIR with METHOD eagle or peagle" in done.stderr, done.stderr
