@@ -247,6 +247,7 @@ def test_continue_from_restores_the_weights_and_refuses_another_recipe(tmp_path)
                                                                   b.drafter.state_dict().values()))
     assert b.order[:6] == [None] * 6 and sorted(b.order[6:]) == list(range(6))
     assert b.sched.get_last_lr()[0] < cfg.lr                      # the window's warm-up: no full step at once
+    assert [r["step"] for r in b.history] == [1, 2]               # the earlier window's history goes on
     other = Trainer(target, samples, TrainConfig(**{**cfg.__dict__, "num_layers": 2}), tmp_path / "c", ids)
     with pytest.raises(SystemExit, match="another training recipe"):
         ds.continue_from(other, state)
@@ -277,6 +278,8 @@ def test_a_window_can_go_on_from_an_exported_drafter_named_in_resume_json(tmp_pa
                            deadline=ds.time.perf_counter() + 60, marks=[], seen=75, wait_s=0.01,
                            export=lambda tok, st: b.export(tmp_path / f"peagle-{tok}", overwrite=True))
     assert b.step == 3 and seen == 75 + 6 * 25 and (tmp_path / "peagle-225" / "config.json").exists()
+    history = json.loads((tmp_path / "peagle-225" / "training.json").read_text())["history"]
+    assert [r["step"] for r in history] == [1, 2, 3]               # the export's steps, then this window's
 
 
 def test_collect_keeps_the_rows_an_earlier_allocation_replayed(tmp_path):

@@ -351,7 +351,7 @@ def sample_key(sample) -> int:
 
 def stream_state(trainer, seen_tokens: int, skip) -> dict:
     """What a later window needs to go on where this one stopped: the drafter, optimiser and step, the reply tokens
-    seen so far and the key of every sample trained on (this window's and earlier ones')."""
+    seen so far, the key of every sample trained on and the training history (this window's and earlier ones')."""
     import torch
     from dataclasses import asdict
 
@@ -360,7 +360,8 @@ def stream_state(trainer, seen_tokens: int, skip) -> dict:
     keys = sorted(set(skip) | {sample_key(x) for x in done})
     return {"drafter": trainer.drafter.state_dict(), "opt": trainer.opt.state_dict(), "step": trainer.step,
             "config": asdict(trainer.cfg), "draft_ids": trainer.draft_ids.cpu(), "target": trainer.provenance["target"],
-            "reply_tokens_seen": seen_tokens, "seen": torch.tensor(keys, dtype=torch.int64)}
+            "reply_tokens_seen": seen_tokens, "seen": torch.tensor(keys, dtype=torch.int64),
+            "history": list(trainer.history)}
 
 
 def load_resume(folder: Path, method: str, target) -> dict | None:
@@ -380,9 +381,11 @@ def load_resume(folder: Path, method: str, target) -> dict | None:
     r = record[method]
     drafter = load_drafter(folder / r["export"], target)
     ids = drafter.to_target_ids(torch.arange(drafter.cfg.draft_vocab_size, device=drafter.d2t.device)).cpu()
+    record = folder / r["export"] / "training.json"                    # the history the export kept (thinned)
+    history = json.loads(record.read_text()).get("history", []) if record.exists() else []
     return {"drafter_module": drafter, "draft_ids": ids, "step": int(r["steps"]), "reply_tokens_seen":
             int(r["reply_tokens_seen"]), "seen": torch.tensor(r.get("seen", []), dtype=torch.int64),
-            "source": str(folder / r["export"])}
+            "source": str(folder / r["export"]), "history": history}
 
 
 def continue_from(trainer, state: dict) -> None:
@@ -413,6 +416,7 @@ def continue_from(trainer, state: dict) -> None:
         trainer.opt.load_state_dict(state["opt"])
     start, cfg = int(state["step"]), trainer.cfg
     trainer.step = start
+    trainer.history = [*state.get("history", []), *trainer.history]   # the export's training.json: the whole run
     trainer.order = [None] * (start * cfg.batch_size) + trainer.order
     trainer.sched.lr_lambdas[0] = lambda s: (lr_factor(s, cfg.warmup_steps, trainer.total_steps)
                                              * min(1.0, (s - start + 1) / cfg.warmup_steps))
