@@ -282,6 +282,21 @@ def test_a_window_can_go_on_from_an_exported_drafter_named_in_resume_json(tmp_pa
     assert [r["step"] for r in history] == [1, 2, 3]               # the export's steps, then this window's
 
 
+def test_an_export_resumes_with_the_sample_keys_its_window_saved_beside_it(tmp_path):
+    """The keys file a window writes with each state (seen-<method>.pt) travels with the export: the next window
+    skips exactly those samples."""
+    ds = _module()
+    a, samples, cfg, target, ids = _trained(tmp_path, steps=1)
+    a.export(tmp_path / "resume" / "peagle-0.1M")
+    keys = torch.tensor(sorted(ds.sample_key(x) for x in samples[:3]), dtype=torch.int64)
+    torch.save(keys, tmp_path / "resume" / "seen-peagle.pt")
+    (tmp_path / "resume" / "resume.json").write_text(json.dumps(
+        {"peagle": {"export": "peagle-0.1M", "reply_tokens_seen": 75, "steps": 1, "seen_file": "seen-peagle.pt"}}))
+    state = ds.load_resume(tmp_path / "resume", "peagle", target)
+    assert state["seen"].tolist() == keys.tolist()
+    assert {ds.sample_key(x) for x in samples} & set(state["seen"].tolist()) == set(keys.tolist())
+
+
 def test_collect_keeps_the_rows_an_earlier_allocation_replayed(tmp_path):
     """A continued run's collect adds its milestones to the curve: rows it replayed again (the shipped pair) are
     replaced, the earlier run's one-pass rows stay, and each command is listed."""

@@ -379,6 +379,8 @@ def load_resume(folder: Path, method: str, target) -> dict | None:
     if method not in record:
         return None
     r = record[method]
+    if "seen_file" in r:                  # the sample keys a window saved beside its state (seen-<method>.pt)
+        r = {**r, "seen": torch.load(folder / r["seen_file"], weights_only=True).tolist()}
     drafter = load_drafter(folder / r["export"], target)
     ids = drafter.to_target_ids(torch.arange(drafter.cfg.draft_vocab_size, device=drafter.d2t.device)).cpu()
     record = folder / r["export"] / "training.json"                    # the history the export kept (thinned)
@@ -476,8 +478,11 @@ def stage_stream(args, out: Path, method: str) -> None:
                    out / f"train_{method}.json")
 
     def save(tokens: int) -> None:
+        state = stream_state(trainer, tokens, skip)
         with atomic_file(out / f"stream-{method}.pt") as tmp:     # a kill mid-save keeps the last state
-            torch.save(stream_state(trainer, tokens, skip), tmp)
+            torch.save(state, tmp)
+        with atomic_file(out / f"seen-{method}.pt") as tmp:       # the keys alone (~1 MB): they travel with an
+            torch.save(state["seen"], tmp)                          # export when the whole state cannot
 
     seen0 = state["reply_tokens_seen"] if state else 0
     marks = [m * 10**6 for m in MILESTONES_M if m * 10**6 > seen0]

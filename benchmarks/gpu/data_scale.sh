@@ -78,7 +78,7 @@ pgrep -f "fz/data_scal[e]" > /dev/null && echo "still running" || echo "finished
 tail -n 40 /tmp/dsout/driver.log
 for f in /tmp/dsout/train_*.log; do [ -f "$f" ] && { echo "== $f"; tr '\r' '\n' < "$f" | grep -v "^\s*$" | tail -n 4; }; done
 ls /tmp/ds/data 2>/dev/null | tail -n 3
-(cd /tmp/dsout && tar czf "$OUT/results.tgz" $(ls -d *.json *.log serve_logs nb 2>/dev/null))    # one file: $OUT brings back 8
+(cd /tmp/dsout && tar czf "$OUT/results.tgz" $(ls -d *.json *.log seen-*.pt serve_logs nb 2>/dev/null))    # one file: $OUT brings back 8
 # BRING=exports: the last export of each method; BRING=data: the packed data; BRING=1: both (8 files at most)
 if [ "${BRING:-0}" = 1 ] || [ "${BRING:-0}" = exports ]; then     # cut below the 16 MiB a file may have
   for m in peagle eagle; do
