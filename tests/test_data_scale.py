@@ -325,6 +325,28 @@ def test_collect_keeps_the_rows_an_earlier_allocation_replayed(tmp_path):
     assert [n for n in rows if n.startswith("peagle-")] == ["peagle-20.0M", "peagle-35.0M", "peagle-shipped"]
 
 
+def test_a_second_run_of_the_recipe_is_its_own_series_beside_the_first(tmp_path):
+    """The same milestone names from another run land as their own rows, named by series: the first run's stay."""
+    ds = _module()
+    out, dest = tmp_path / "out", tmp_path / "data_scaling.json"
+    out.mkdir()
+    per = [0.4, 0.1, 0.02, 0.0, 0.0, 0.0, 0.0]
+    ev = {"prompts": "mt-bench:80", "max_new_tokens": 128,
+          "by_k": {k: {"peagle-2.0M": {"acceptance_length": 1.31, "acceptance_per_position": per[:int(k)]}}
+                   for k in ("3", "5", "7")}}
+    (out / "eval.json").write_text(json.dumps(ev))
+    row = {"method": "peagle", "reply_tokens": 2_000_100, "steps": 166, "planned_steps": 1200, "lr_factor": 1.0,
+           "drafter": "/tmp/ds/exports/peagle-2.0M"}
+    (out / "train_peagle.json").write_text(json.dumps({"samples": 9, "reply_tokens": 9, "streamed": True,
+                                                       "rows": [row]}))
+    first = {"series": "one pass", "method": "peagle", "name": "peagle-2.0M", "reply_tokens": 2_001_015, "al": {}}
+    dest.write_text(json.dumps({"commands": ["first"], "rows": [first]}))
+    rows = {r["name"]: r for r in ds.collect(out, dest, "second", keep=True, series="one pass, repeat")["rows"]}
+    assert rows["peagle-2.0M"] == first
+    assert rows["one pass, repeat/peagle-2.0M"]["series"] == "one pass, repeat"
+    assert rows["one pass, repeat/peagle-2.0M"]["al"]["7"] == 1.31
+
+
 def test_the_serving_crosscheck_names_the_fix_for_a_bad_drafter_argument(tmp_path):
     import subprocess
     import sys

@@ -654,11 +654,12 @@ def equal_step_rows() -> list[dict]:
     return rows
 
 
-def collect(out: Path, dest: Path, command: str, keep: bool = False) -> dict:
+def collect(out: Path, dest: Path, command: str, keep: bool = False, series: str = "one pass") -> dict:
     """``data_scaling.json``: one row per drafter replayed in ``eval.json`` (the shipped pair and each one-pass
     export), plus the recipe ablation's equal-step data arms. ``series`` tells them apart. ``keep``: rows already
     in ``dest`` that this run did not replay again stay (a run continued over several allocations adds its
-    milestones to the curve)."""
+    milestones to the curve). ``series``: the one-pass rows' series; another than "one pass" (a second run of the
+    same recipe) also prefixes their names (``<series>/peagle-2.0M``), so both runs' milestones stay apart."""
     ev = json.loads((out / "eval.json").read_text())
     trained = {}
     for m in ("peagle", "eagle"):
@@ -680,7 +681,8 @@ def collect(out: Path, dest: Path, command: str, keep: bool = False) -> dict:
                          "passes": round(passes, 1), "reply_tokens_seen": round(passes * 3_687_185)})
         elif name in trained:
             r = trained[name]
-            rows.append({"method": r["method"], "series": "one pass", "name": name, "reply_tokens": r["reply_tokens"],
+            label = name if series == "one pass" else f"{series}/{name}"
+            rows.append({"method": r["method"], "series": series, "name": label, "reply_tokens": r["reply_tokens"],
                          "al": al, "acceptance_per_position_k7": per, "drafter": name, "steps": r["steps"],
                          "batch_size": r.get("batch_size", 64), "planned_steps": r["planned_steps"],
                          "lr_factor_at_export": round(r["lr_factor"], 4), "passes": 1,
@@ -720,6 +722,8 @@ def main() -> None:
     ap.add_argument("--dest", default="benchmarks/results/data_scaling.json", help="collect: the JSON to write")
     ap.add_argument("--keep-rows", action="store_true",
                     help="collect: keep the rows already in --dest that this run did not replay again")
+    ap.add_argument("--series", default="one pass",
+                    help="collect: the series of this run's one-pass rows (another run of the recipe: its own name)")
     ap.add_argument("--out", required=True)
     ap.add_argument("--work", default="/tmp/ds")
     ap.add_argument("--regen-s", type=float, default=480)
@@ -773,7 +777,7 @@ def main() -> None:
             for f in args.packed:
                 unpack(Path(f), Path(args.work))
         elif stage == "collect":
-            collect(out, Path(args.dest), "python " + " ".join(sys.argv), keep=args.keep_rows)
+            collect(out, Path(args.dest), "python " + " ".join(sys.argv), keep=args.keep_rows, series=args.series)
         else:
             stage_eval(args, out)
     log("done")
