@@ -20,7 +20,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 import torch
 
@@ -28,10 +27,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from peagle_lab.target import Target  # noqa: E402
 from peagle_lab.train.data import Sample  # noqa: E402
+from peagle_lab.train.features import target_batch  # noqa: E402
 import peagle_lab.train.trainer as trainer_mod  # noqa: E402
 from peagle_lab.train.trainer import TrainConfig, Trainer  # noqa: E402
 
 default_backends = trainer_mod.sdpa_backends
+RECIPES = {"peagle": dict(method="peagle", num_layers=4, intermediate_size=256, max_depth=8, cod_ratio=0.8,
+                          hidden_noise=0.05),
+           "eagle": dict(method="eagle", num_layers=1, intermediate_size=1024)}      # as in data_scale.py
 
 SMOLLM2 = dict(hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
                num_key_value_heads=3, head_dim=64, vocab_size=49152, max_position_embeddings=8192,
@@ -43,7 +46,7 @@ def random_target(device: str) -> Target:
 
     torch.manual_seed(0)
     model = LlamaForCausalLM(LlamaConfig(**SMOLLM2)).to(device)
-    return Target(model, SimpleNamespace(eos_token_id=2))
+    return Target(model, None)            # no tokenizer: the mask slot takes the last id, as in tests
 
 
 def random_samples(n: int, seed: int = 0) -> list[Sample]:
@@ -60,14 +63,25 @@ def time_config(target, samples, draft_ids, cfg: TrainConfig, steps: int, profil
         trainer = Trainer(target, samples, cfg, out, draft_ids)
         for _ in range(3):
             trainer.train_step()
-        times, supervised = [], 0
+        times, supervised, reply = [], 0, 0
         for _ in range(steps):
+            batch = trainer.batch_for(trainer.step)
+            reply += sum(max(0, min(x.ids.numel(), cfg.max_len) - x.prompt_len) for x in batch)
             sync()
             t0 = time.perf_counter()
             row = trainer.train_step()
             sync()
             times.append(time.perf_counter() - t0)
             supervised += row["supervised"]
+        target_times = []                  # the target's pass alone on the same batches: what sharing it would save
+        for i in range(min(steps, 6)):
+            batch = trainer.batch_for(i)
+            sync()
+            t0 = time.perf_counter()
+            with torch.no_grad():
+                target_batch(target, batch, trainer.draft_ids, cfg.max_len, bf16=cfg.target_bf16)
+            sync()
+            target_times.append(time.perf_counter() - t0)
         table = None
         if profile:
             from torch.profiler import ProfilerActivity, profile as prof
@@ -85,7 +99,8 @@ def time_config(target, samples, draft_ids, cfg: TrainConfig, steps: int, profil
             "sdpa_cudnn_allowed": trainer_mod.sdpa_backends is not default_backends, "batch_size": cfg.batch_size,
             "target_bf16": cfg.target_bf16, "num_layers": cfg.num_layers,
             "step_s_median": statistics.median(times), "step_s_mean": statistics.mean(times),
-            "supervised_per_s": supervised / sum(times), "step_s_all": times,
+            "supervised_per_s": supervised / sum(times), "reply_tokens_per_s": reply / sum(times),
+            "target_pass_s_median": statistics.median(target_times), "step_s_all": times,
             "elements_last": row["elements"], "supervised_last": row["supervised"], "peak_gib": mem,
             "profile": table}
 
@@ -99,6 +114,9 @@ def main() -> None:
                     help="method:target-precision[:grouped][:cudnn] (grouped = batches by length; "
                          "cudnn = SDPA may use cuDNN)")
     ap.add_argument("--profile", default="none", help="pairs that also get a profiler table")
+    ap.add_argument("--recipe", choices=["bench", "data-scale"], default="bench",
+                    help="drafter shapes: bench (P-EAGLE 2 layers, MLP 512) or data-scale (data_scale.py's pair: "
+                         "P-EAGLE 4 layers, MLP 256, COD 0.8, feature noise 0.05; EAGLE-3 1 layer, MLP 1024)")
     ap.add_argument("--json")
     args = ap.parse_args()
     target = random_target(args.device)
@@ -108,17 +126,23 @@ def main() -> None:
     for b in [int(x) for x in args.batch.split(",")]:
         for pair in args.configs.split(","):
             method, prec, *opt = pair.split(":")
-            cfg = TrainConfig(method=method, num_layers=2 if method == "peagle" else 1,
-                              intermediate_size=512 if method == "peagle" else 1024, draft_vocab_size=4096,
-                              max_depth=8, batch_size=b, max_len=768, layout="padded", target_bf16=prec == "bf16",
-                              group_by_length="grouped" in opt,
+            shape = (RECIPES[method] if args.recipe == "data-scale" else
+                     dict(method=method, num_layers=2 if method == "peagle" else 1,
+                          intermediate_size=512 if method == "peagle" else 1024, max_depth=8))
+            cfg = TrainConfig(**shape, draft_vocab_size=4096, batch_size=b, max_len=768, layout="padded",
+                              target_bf16=prec == "bf16", group_by_length="grouped" in opt,
                               steps=10_000, warmup_steps=10)
             if args.device == "cuda":
                 torch.cuda.reset_peak_memory_stats()
             # "cudnn": SDPA may pick cuDNN, as the trainer did before 2026-12-01b
             trainer_mod.sdpa_backends = (lambda d: contextlib.nullcontext()) if "cudnn" in opt else default_backends
             profile = b == 32 and pair in args.profile.split(",")
-            r = time_config(target, samples, draft_ids, cfg, args.steps, profile=profile)
+            try:
+                r = time_config(target, samples, draft_ids, cfg, args.steps, profile=profile)
+            except torch.cuda.OutOfMemoryError:             # a batch too large for the GPU: say so, go on
+                torch.cuda.empty_cache()
+                r = {"method": method, "batch_size": b, "recipe": args.recipe, "out_of_memory": True}
+            r["recipe"] = args.recipe
             rows.append(r)
             print(json.dumps({k: v for k, v in r.items() if k not in ("profile", "step_s_all")}), flush=True)
             if args.json:                                   # after every row: a killed run keeps what it measured
