@@ -136,6 +136,15 @@ def notebooks(r: dict) -> str:
     return ", ".join(f"{x['notebook'][:2]} {x['result'].split(' ')[0]}" for x in r["notebooks"])
 
 
+def train_step_batch(r: dict) -> str:
+    best = {m: max((x for x in r["rows"] if x["method"] == m and "reply_tokens_per_s" in x),
+                   key=lambda x: x["reply_tokens_per_s"]) for m in ("peagle", "eagle")}
+    at64 = {m: next(x for x in r["rows"] if x["method"] == m and x["batch_size"] == 64) for m in best}
+    return "; ".join(f"{name}: {at64[m]['reply_tokens_per_s'] / 1e3:.0f}K reply tok/s at batch 64, best "
+                     f"{best[m]['reply_tokens_per_s'] / 1e3:.0f}K at {best[m]['batch_size']}"
+                     for m, name in (("peagle", "P-EAGLE"), ("eagle", "EAGLE-3")))
+
+
 def train_memory(r: dict) -> str:
     ok = [row for row in r["rows"] if row.get("ok")]
     top = max(ok, key=lambda row: row["tokens"])
@@ -209,6 +218,8 @@ TOPICS = [
          "pass (logs, train records, replays)", stream_run),
         ("data_scale_continue_h200.json", "its continuation on fresh data from the saved drafters: regeneration, then "
          "both drafters trained further (logs, train records, replays)", stream_run),
+        ("data_scale_stopped_h200.json", "a stream run from zero that stopped when the machine went back (what its "
+         "first call brought back)", None),
         ("regen_throughput_h200.json", "regeneration throughput on an H200", regen_throughput),
         ("vllm_cpu_crosscheck_peagle_40M.json", "the 39.8M P-EAGLE (4 layers, learned mask row) in vLLM's CPU build "
          "against the teaching engine", drafter_crosscheck),
@@ -218,6 +229,8 @@ TOPICS = [
         ("train_step_grouped_h200.json", "a training step with batches grouped by length", None),
         ("train_step_cudnn_h200.json", "a training step with and without cuDNN attention", None),
         ("train_step_h200.json", "a training step with the target's pass in fp32 vs bf16", None),
+        ("train_step_batch_h200.json", "the data-scaling pair's training step at batch 64 to 512: reply tokens/s",
+         train_step_batch),
         ("train_memory_h200.json", "sequence partitioning at 8B scale: memory and step time", train_memory),
         ("flex_cuda_tests_h200.log", "the flex-attention gradient test on CUDA", None)]),
     ("P-EAGLE recipe and its ablation", "peagle-recipe.md", [
