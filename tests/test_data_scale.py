@@ -186,6 +186,7 @@ def test_a_later_window_goes_on_from_the_saved_state_and_trains_no_sample_twice(
     cfg = TrainConfig(method="peagle", num_layers=1, draft_vocab_size=40, max_depth=3, steps=10**6, batch_size=3,
                       max_len=30, lr=3e-3, warmup_steps=2, seed=1, group_by_length=True)
     target = tiny_target(vocab=50)
+    target.model.to(device)
     ids, _ = build_draft_vocab(token_counts(old, 50) + 1, 40)
     saved = []
 
@@ -216,8 +217,9 @@ def test_a_later_window_goes_on_from_the_saved_state_and_trains_no_sample_twice(
     assert len(saved[-1]["seen"]) == 15                           # both windows' samples, for a third window
 
 
-def _trained(tmp_path, steps: int):
-    """A tiny P-EAGLE trainer (batch 3, six learnable samples) after ``steps`` steps, with what built it."""
+def _trained(tmp_path, steps: int, device: str = "cpu"):
+    """A tiny P-EAGLE trainer (batch 3, six learnable samples) after ``steps`` steps on ``device``, with what built
+    it."""
     from helpers import learnable_samples, tiny_target
 
     from peagle_lab.train.config import TrainConfig
@@ -228,6 +230,7 @@ def _trained(tmp_path, steps: int):
     cfg = TrainConfig(method="peagle", num_layers=1, draft_vocab_size=40, max_depth=3, steps=10**6, batch_size=3,
                       max_len=30, lr=3e-3, warmup_steps=2, seed=1)
     target = tiny_target(vocab=50)
+    target.model.to(device)
     ids, _ = build_draft_vocab(token_counts(samples, 50) + 1, 40)
     trainer = Trainer(target, samples, cfg, tmp_path / "a", ids)
     for _ in range(steps):
@@ -298,15 +301,21 @@ def test_an_export_resumes_with_the_sample_keys_its_window_saved_beside_it(tmp_p
     assert {ds.sample_key(x) for x in samples} & set(state["seen"].tolist()) == set(keys.tolist())
 
 
-def test_a_carry_folder_survives_the_trip_home_and_resumes_both_methods(tmp_path):
+ON_CUDA = pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device"))
+
+
+@pytest.mark.parametrize("device", ["cpu", ON_CUDA])
+def test_a_carry_folder_survives_the_trip_home_and_resumes_both_methods(tmp_path, device):
     """A trainer's carry folder (weights, keys, tokens), cut into pieces as data_scale.sh cuts it, unpacked here by
     keep_carry.sh: the two methods' folders merged into one --resume folder give each method its own drafter, step,
     tokens and keys. A piece that came back broken leaves the last good folder as it was."""
     import shutil
     import subprocess
 
+    from peagle_lab.train.trainer import Trainer
+
     ds = _module()
-    a, samples, cfg, target, ids = _trained(tmp_path, steps=2)
+    a, samples, cfg, target, ids = _trained(tmp_path, steps=2, device=device)
     out, home, parts = tmp_path / "dsout", tmp_path / "files", tmp_path / "parts"
     out.mkdir()
     home.mkdir()
@@ -324,7 +333,12 @@ def test_a_carry_folder_survives_the_trip_home_and_resumes_both_methods(tmp_path
     state = ds.load_resume(folder, "peagle", target)
     assert state["step"] == 2 and state["reply_tokens_seen"] == 150 and state["seen"].tolist() == keys.tolist()
     for name, w in a.drafter.state_dict().items():
-        assert torch.equal(state["drafter_module"].state_dict()[name], w.to(torch.bfloat16).float()), name
+        got = state["drafter_module"].state_dict()[name]
+        assert torch.equal(got.cpu(), w.to(torch.bfloat16).float().cpu()), name
+    b = Trainer(target, samples, cfg, tmp_path / "b", state["draft_ids"], drafter=state["drafter_module"])
+    ds.continue_from(b, state)                                    # and it trains on from there, on the same device
+    b.train_step()
+    assert b.step == 3 and b.history[-1]["step"] == 3
     pieces = sorted(home.glob("carry-peagle.tar.*"))
     assert len(pieces) > 2
     pieces[-1].unlink()                                           # a piece missing: the good folder stays
