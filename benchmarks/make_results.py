@@ -220,6 +220,7 @@ TOPICS = [
          "both drafters trained further (logs, train records, replays)", stream_run),
         ("data_scale_stopped_h200.json", "a stream run from zero that stopped when the machine went back (what its "
          "first call brought back)", None),
+        ("carry_tests_h200.log", "the carry-folder and resume tests with the trainer on CUDA", None),
         ("regen_throughput_h200.json", "regeneration throughput on an H200", regen_throughput),
         ("vllm_cpu_crosscheck_peagle_40M.json", "the 39.8M P-EAGLE (4 layers, learned mask row) in vLLM's CPU build "
          "against the teaching engine", drafter_crosscheck),

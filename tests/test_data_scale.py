@@ -186,7 +186,6 @@ def test_a_later_window_goes_on_from_the_saved_state_and_trains_no_sample_twice(
     cfg = TrainConfig(method="peagle", num_layers=1, draft_vocab_size=40, max_depth=3, steps=10**6, batch_size=3,
                       max_len=30, lr=3e-3, warmup_steps=2, seed=1, group_by_length=True)
     target = tiny_target(vocab=50)
-    target.model.to(device)
     ids, _ = build_draft_vocab(token_counts(old, 50) + 1, 40)
     saved = []
 
