@@ -63,7 +63,8 @@ def solution_if_asked(notebook: str, fn):
 def _report(name: str, problem: str | None, strict: bool | None) -> bool:
     strict = solutions_on() if strict is None else strict
     if problem is None:
-        print(f"✓ {name}: matches the library on every case tried")
+        filled = " (reference solution filled in)" if solutions_on() else ""
+        print(f"✓ {name}: matches the library on every case tried{filled}")
         return True
     text = f"✗ {name}: {problem}"
     if strict:
@@ -251,6 +252,44 @@ def check_expand_input_ids(fn, batches, strict: bool | None = None) -> bool:
                            "Per request: accepted tokens shifted by one, the bonus token, K-1 mask ids, then one "
                            "padding id per rejected token", strict)
     return _report("input_ids", None, strict)
+
+
+# ---- 05: the speculative config vLLM gets ------------------------------------------------------
+
+_SPEC_HINTS = {
+    "method": '"method" stays "eagle3" for both drafters: they share EAGLE-3\'s checkpoint layout',
+    "model": '"model" is the drafter\'s folder or Hugging Face id, as a string',
+    "num_speculative_tokens": '"num_speculative_tokens" is K, the drafts per step',
+    "parallel_drafting": '"parallel_drafting" is True for P-EAGLE only: it is the whole switch to single-pass drafting',
+}
+
+
+def check_speculative_config(fn, drafters=("drafters/peagle-smollm2", "amazon/gpt-oss-20b-p-eagle"), ks=(1, 3, 7),
+                             strict: bool | None = None) -> bool:
+    """``fn(method, drafter, k) -> dict`` against ``speculative_config`` (the JSON of ``--speculative-config``)."""
+    from .serving.server import ServeConfig, speculative_config
+    for method in ("eagle", "peagle"):
+        for drafter in map(str, drafters):
+            for k in ks:
+                want = speculative_config(ServeConfig(target="openai/gpt-oss-20b", method=method, drafter=drafter, k=k))
+                got, err = _call(fn, method, drafter, k)
+                if err:
+                    return _report("speculative_config", err, strict)
+                if not isinstance(got, dict):
+                    return _report("speculative_config", f"return a dict, not {type(got).__name__}", strict)
+                case = f"method={method!r}, drafter={drafter!r}, k={k}"
+                extra = sorted(set(got) - set(want))
+                if extra:
+                    return _report("speculative_config", f"{case}: keys vLLM is not given here: {extra}; "
+                                   f"the keys are {sorted(want)}", strict)
+                for key in want:
+                    if key not in got:
+                        return _report("speculative_config", f"{case}: key {key!r} missing. {_SPEC_HINTS[key]}",
+                                       strict)
+                    if got[key] != want[key] or type(got[key]) is not type(want[key]):
+                        return _report("speculative_config", f"{case}: {key!r} is {got[key]!r}, expected "
+                                       f"{want[key]!r}. {_SPEC_HINTS[key]}", strict)
+    return _report("speculative_config", None, strict)
 
 
 # ---- predict, then measure ---------------------------------------------------------------------

@@ -134,3 +134,17 @@ def test_docs_have_no_diary_words(page):
     text = page.read_text()
     found = [(what, m.group(0)) for what, pattern in DIARY.items() for m in re.finditer(pattern, text)]
     assert not found, f"{page.relative_to(ROOT)}: {found}: say what holds now; history belongs to git"
+
+
+def test_the_gpu_recipe_is_written_once():
+    """README and docs/gpu-recipe.md show the same train-and-serve commands, and those commands use the presets
+    and materialise the P-EAGLE drafter before vLLM serves it (vLLM reads the mask row from the drafter itself)."""
+    def recipe(path: Path) -> str:
+        blocks = [b for b in _code_blocks(path.read_text()) if b.startswith("T=")]
+        assert len(blocks) == 1, f"{path.name}: expected one recipe block starting with T="
+        return blocks[0]
+
+    block = recipe(README)
+    assert block == recipe(ROOT / "docs" / "gpu-recipe.md"), "edit both copies of the GPU recipe alike"
+    assert "--preset peagle" in block and "--preset eagle" in block
+    assert block.index("peagle-lab materialise") < block.index("vllm serve")

@@ -6,7 +6,7 @@ import torch
 from peagle_lab import exercises as ex
 from helpers import random_drafter, tiny_target
 
-SOL = {nb: ex.load_solutions(nb) for nb in ("01", "02", "03", "04")}
+SOL = {nb: ex.load_solutions(nb) for nb in ("01", "02", "03", "04", "05")}
 
 
 def rejects(check, *args, match: str):
@@ -111,6 +111,35 @@ def test_expand_input_ids():
         out = SOL["04"].my_input_ids(b)
         return [x for x in out if x != b["padding_token_id"]]
     rejects(ex.check_expand_input_ids, no_padding, [batch], match="padding id per rejected")
+
+
+def test_speculative_config():
+    assert ex.check_speculative_config(SOL["05"].my_speculative_config, strict=True)
+
+    def method_name(method, drafter, k):                            # passes "peagle" to vLLM as its method
+        right = SOL["05"].my_speculative_config(method, drafter, k)
+        return dict(right, method="eagle3" if method == "eagle" else method)
+    rejects(ex.check_speculative_config, method_name, match="'method'.*eagle3")
+
+    def always_parallel(method, drafter, k):                        # switches parallel drafting on for EAGLE-3 too
+        return dict(SOL["05"].my_speculative_config(method, drafter, k), parallel_drafting=True)
+    rejects(ex.check_speculative_config, always_parallel, match="P-EAGLE only")
+
+    def k_as_string(method, drafter, k):                            # right value, wrong JSON type
+        return dict(SOL["05"].my_speculative_config(method, drafter, k), num_speculative_tokens=str(k))
+    rejects(ex.check_speculative_config, k_as_string, match="num_speculative_tokens")
+    rejects(ex.check_speculative_config, stub, match="not written yet")
+
+
+def test_a_pass_says_when_the_reference_solution_was_filled_in(monkeypatch, capsys):
+    monkeypatch.setenv("PEAGLE_SOLUTIONS", "1")
+    assert ex.check_verify_greedy(SOL["01"].my_verify_greedy)
+    assert "(reference solution filled in)" in capsys.readouterr().out
+    monkeypatch.setenv("PEAGLE_SOLUTIONS", "0")
+    monkeypatch.setenv("PEAGLE_SMOKE", "0")
+    assert ex.check_verify_greedy(SOL["01"].my_verify_greedy)
+    out = capsys.readouterr().out
+    assert "matches the library" in out and "filled in" not in out
 
 
 def test_solution_if_asked(monkeypatch):
