@@ -66,3 +66,13 @@ def test_notebooks_plot_only_shipped_recorded_results(path):
         f"{path.name} reads benchmarks/ (absent outside a checkout): use peagle_lab.recorded.load(name)"
     for name in re.findall(r"""recorded\.load\(\s*["']([^"']+)["']""", code):
         assert name in recorded.names(), f"{path.name} loads recorded result {name!r}, which is not shipped"
+
+
+def test_the_shipped_pair_fits_the_size_budget():
+    """The shipped drafters ride every GPU call with the tracked tree (64 MiB a call, parts included), so the
+    pair stays within 32 MB together; a wider drafter is measured and recorded without being shipped."""
+    drafters = ROOT / "peagle_lab" / "drafters"
+    sizes = {d.name: sum(f.stat().st_size for f in d.rglob("*") if f.is_file()) for d in drafters.iterdir()
+             if d.is_dir() and not d.name.startswith("__")}
+    assert {"eagle-smollm2", "peagle-smollm2"} <= set(sizes)
+    assert sum(sizes.values()) <= 32_000_000, f"shipped drafters {sizes}: {sum(sizes.values()):,} bytes > 32 MB"
