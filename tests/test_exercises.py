@@ -1,5 +1,8 @@
 """Every check_* accepts the reference solution (notebooks/solutions/) and rejects a typical wrong
 answer with a hint that names the mistake; an unwritten stub gets a hint, not a traceback."""
+import json
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -158,3 +161,11 @@ def test_compare_prints_prediction_beside_measurement(capsys):
     assert ex.compare(None, 1.0, "ratio") is None
     out = capsys.readouterr().out
     assert "you predicted 1" in out and "measured 1" in out
+
+
+def test_05_exercise_is_a_stub_the_library_checks():
+    """Notebook 05 ships its exercise unwritten, like 01-04: a stub, the reference behind solution_if_asked."""
+    nb = Path(__file__).resolve().parents[1] / "notebooks" / "05_serving.ipynb"
+    cells = ["".join(c["source"]) for c in json.loads(nb.read_text())["cells"] if c["cell_type"] == "code"]
+    ex_cells = [t for t in cells if "ex.check_speculative_config" in t]
+    assert ex_cells and all("raise NotImplementedError" in t and 'solution_if_asked("05"' in t for t in ex_cells)
