@@ -55,8 +55,8 @@ def test_no_dates_or_loaned_machines_in_any_cell(path):
     assert not found, f"{path.name}: {found}"
 
 
-@pytest.mark.parametrize("name", ["01", "02", "03", "04"])
-def test_each_of_01_to_04_has_a_checked_exercise_with_a_stub(name):
+@pytest.mark.parametrize("name", ["01", "02", "03", "04", "05"])
+def test_each_of_01_to_05_has_a_checked_exercise_with_a_stub(name):
     cells = text(next(p for p in NOTEBOOKS if p.name.startswith(name)))
     ex = [t for t in cells if "ex.check_" in t]
     assert ex and any("raise NotImplementedError" in t and "solution_if_asked" in t for t in ex), name
@@ -140,3 +140,10 @@ def test_first_cell_links_the_glossary(path):
     first = markdown(path)[0]
     assert "](../docs/glossary.md)" in first, f"{path.name}: link the glossary from the first cell"
     assert (ROOT / "docs" / "glossary.md").exists()
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_expected_answers_stay_folded_until_the_reader_opens_them(path):
+    """An exercise's expected answer sits in a collapsed <details> block, never in plain sight under it."""
+    shown = [t[:80] for t in markdown(path) if re.search(r"Expected answers?|\(Expected:", t) and "<details>" not in t]
+    assert not shown, f"{path.name}: expected answers in plain sight: {shown}"
