@@ -13,11 +13,15 @@ from peagle_lab.train.data import load_samples
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _module():
-    spec = importlib.util.spec_from_file_location("data_scale", ROOT / "benchmarks" / "gpu" / "data_scale.py")
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / "gpu" / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+def _module():
+    return _load("data_scale")
 
 
 def _regenerated(folder: Path, seed: int) -> None:
@@ -354,7 +358,8 @@ def test_carry_folders_kept_in_history_come_back_in_a_fresh_clone(tmp_path):
 
     repo = tmp_path / "repo"
     (repo / "benchmarks" / "gpu").mkdir(parents=True)
-    shutil.copy(ROOT / "benchmarks" / "gpu" / "resume_parts.sh", repo / "benchmarks" / "gpu")
+    for f in ("resume_parts.sh", "history_budget.py"):
+        shutil.copy(ROOT / "benchmarks" / "gpu" / f, repo / "benchmarks" / "gpu")
     git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C"]
     subprocess.run([*git, str(repo), "init", "-q"], check=True)
     subprocess.run([*git, str(repo), "add", "."], check=True)
@@ -369,7 +374,7 @@ def test_carry_folders_kept_in_history_come_back_in_a_fresh_clone(tmp_path):
     script = ["bash", "benchmarks/gpu/resume_parts.sh"]
     subprocess.run([*script, "keep", "a test"], cwd=repo, check=True, env=env, capture_output=True)
     tracked = subprocess.run([*git, str(repo), "ls-files"], capture_output=True, text=True).stdout.split()
-    assert tracked == ["benchmarks/gpu/resume_parts.sh"]                  # out of the tree again
+    assert tracked == ["benchmarks/gpu/history_budget.py", "benchmarks/gpu/resume_parts.sh"]  # out of the tree again
     clone = tmp_path / "clone"
     subprocess.run(["git", "clone", "-q", str(repo), str(clone)], check=True)
     subprocess.run([*script, "restore"], cwd=clone, check=True, capture_output=True)
@@ -440,3 +445,63 @@ def test_the_serving_crosscheck_names_the_fix_for_a_bad_drafter_argument(tmp_pat
         done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "vllm_cpu_crosscheck.py"), "--drafter", bad],
                               capture_output=True, text=True)
         assert done.returncode != 0 and "give METHOD=DIR with METHOD eagle or peagle" in done.stderr, done.stderr
+
+
+def _git_repo(path: Path) -> list[str]:
+    import subprocess
+
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(path)]
+    subprocess.run([*git, "init", "-q"], check=True)
+    (path / "README").write_text("start\n")
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-qm", "start"], check=True)
+    return git
+
+
+def test_history_budget_counts_a_file_added_and_removed_twice(tmp_path):
+    """The oracle is the sizes written: a 3,000-byte file added then removed weighs 6,000 bytes of diff, a
+    change of a 100-byte file into 150 bytes weighs both sides, and the base defaults to where the branch
+    started (its reflog's oldest entry)."""
+    import subprocess
+
+    budget = _load("history_budget")
+    git = _git_repo(tmp_path)
+    base = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    (tmp_path / "big.bin").write_bytes(os.urandom(3000))
+    (tmp_path / "note.txt").write_bytes(b"a" * 100)
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-qm", "add"], check=True)
+    (tmp_path / "note.txt").write_bytes(b"b" * 150)
+    subprocess.run([*git, "rm", "-q", "big.bin"], check=True)
+    subprocess.run([*git, "commit", "-qam", "change and remove"], check=True)
+    total, parts = budget.diff_bytes(base, cwd=str(tmp_path))
+    assert total == 3000 + 100 + 3000 + 100 + 150
+    assert parts[0][0] == 3000 and parts[0][2] == "big.bin"
+    assert budget.session_base(cwd=str(tmp_path)) == base
+    ok, report = budget.check(base, adding=0, limit_mib=1, cwd=str(tmp_path))
+    assert ok and "0.0 MiB committed" in report
+    ok, report = budget.check(base, adding=2 * 2**20, limit_mib=1, cwd=str(tmp_path))
+    assert not ok and "too heavy to submit" in report and "never regenerated data" in report
+
+
+def test_keep_refuses_carry_folders_that_would_make_the_submission_too_heavy(tmp_path):
+    """resume_parts.sh keep over the budget: a clear refusal and no commit at all."""
+    import shutil
+    import subprocess
+
+    git = _git_repo(tmp_path)
+    (tmp_path / "benchmarks" / "gpu").mkdir(parents=True)
+    for f in ("resume_parts.sh", "history_budget.py"):
+        shutil.copy(ROOT / "benchmarks" / "gpu" / f, tmp_path / "benchmarks" / "gpu")
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-qm", "scripts"], check=True)
+    for m in ("peagle", "eagle"):
+        (tmp_path / "parts" / f"resume-{m}").mkdir(parents=True)
+        (tmp_path / "parts" / f"resume-{m}" / "w.bin").write_bytes(os.urandom(400_000))
+    head = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True).stdout
+    env = {**os.environ, "HISTORY_LIMIT_MIB": "1", "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
+           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+    r = subprocess.run(["bash", "benchmarks/gpu/resume_parts.sh", "keep", "too big"], cwd=tmp_path, env=env,
+                       capture_output=True, text=True)
+    assert r.returncode == 1 and "too heavy to submit" in r.stderr and "nothing kept" in r.stderr
+    assert subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True).stdout == head

@@ -9,6 +9,11 @@
 #   bash benchmarks/gpu/resume_parts.sh keep "what they are"   # two commits
 #   bash benchmarks/gpu/resume_parts.sh restore [COMMIT]       # default: the newest commit that kept some
 #
+# Keep nothing else this way. A file added and removed counts twice against what one submission may weigh (256 MiB
+# of diffs): `keep` first asks history_budget.py whether the session's commits plus twice these folders still fit
+# (HISTORY_LIMIT_MIB, default 200) and refuses, committing nothing, when they would not. Regenerated data never
+# belongs here: a script makes it again, and ~106 MB of it once cost a whole session's submission.
+#
 # Then park parts/resume-peagle and parts/resume-eagle (PARK_ONLY=1 bash benchmarks/gpu/data_scale.sh, one call
 # each: under 31 MB) and start the run with them (--resume, as data_scale.sh's header says).
 set -euo pipefail
@@ -18,6 +23,9 @@ case "${1:-}" in
   keep)
     WHAT=${2:?usage: resume_parts.sh keep "what they are"}
     ls -d parts/resume-peagle parts/resume-eagle > /dev/null
+    bytes=$(du -sb parts/resume-peagle parts/resume-eagle | awk '{s += $1} END {print s}')
+    python3 benchmarks/gpu/history_budget.py --adding $((2 * bytes)) --limit-mib "${HISTORY_LIMIT_MIB:-200}" \
+      ${HISTORY_BASE:+--base "$HISTORY_BASE"} || { echo "resume_parts.sh: nothing kept" >&2; exit 1; }
     rm -rf "$K" && mkdir -p "$K" && cp -r parts/resume-peagle parts/resume-eagle "$K/"
     git add -f "$K" && git commit -q -m "carry folders kept in history: $WHAT" -- "$K"
     kept=$(git rev-parse --short HEAD)
