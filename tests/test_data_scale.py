@@ -161,6 +161,43 @@ def test_stream_train_is_one_pass_over_a_pool_that_grows_while_it_trains(tmp_pat
     assert exports[-1][1] == trainer.step == 7
 
 
+def test_a_pool_that_ends_before_the_time_still_ends_the_cosine(tmp_path):
+    """When the engines are done long before the deadline, the cosine is refitted to the pool left: the last step
+    trains at the schedule's floor (lr_factor 0.1 at total_steps), as a run fitted to its time would, instead of
+    stopping at a learning rate fitted to minutes that never came. A file the engines wrote just before they
+    said done is trained on too."""
+    from helpers import learnable_samples, tiny_target
+
+    from peagle_lab.train.config import TrainConfig
+    from peagle_lab.train.trainer import Trainer, lr_factor
+    from peagle_lab.train.vocab import build_draft_vocab, token_counts
+
+    ds = _module()
+    work = tmp_path / "work"
+    _turn_file(work / "data-0", "shard-00000-t0.pt", learnable_samples(n=12, seed=3))
+    files = ds.TurnFiles(work)
+    pool = files.fresh()
+    cfg = TrainConfig(method="eagle", num_layers=1, draft_vocab_size=40, steps=10**6, batch_size=3, max_len=30,
+                      lr=3e-3, warmup_steps=2, seed=1)
+    ids, _ = build_draft_vocab(token_counts(pool, 50) + 1, 40)
+    trainer = Trainer(tiny_target(vocab=50), pool, cfg, tmp_path / "run", ids)
+    lrs, real_step, done = [], trainer.train_step, []
+
+    def step():
+        lrs.append(trainer.sched.get_last_lr()[0] / cfg.lr)
+        if trainer.step == 2:           # the engines' last file, then their done flag
+            _turn_file(work / "data-1", "shard-00000-t1.pt", learnable_samples(n=6, seed=4))
+            done.append(True)
+        return real_step()
+
+    trainer.train_step = step
+    ds.stream_train(trainer, files, done=lambda: bool(done), deadline=ds.time.perf_counter() + 600, marks=[],
+                    export=lambda tok, st: None, poll_every=100, wait_s=0.01)
+    assert trainer.step == 6 == trainer.total_steps, "18 samples, batch 3, every one trained"
+    assert lrs[-1] == pytest.approx(lr_factor(5, cfg.warmup_steps, 6))
+    assert trainer.sched.get_last_lr()[0] / cfg.lr == pytest.approx(0.1)      # the floor, reached at the end
+
+
 def test_turn_files_are_read_once_and_a_broken_one_again_later(tmp_path):
     from helpers import learnable_samples
 

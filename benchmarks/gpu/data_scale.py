@@ -296,21 +296,38 @@ def stream_train(trainer, files: TurnFiles, *, done, deadline: float, marks: lis
                  poll_every: int = 20, wait_s: float = 5.0, seen: int = 0, save=None, save_every_s: float = 120.0,
                  skip=frozenset()) -> int:
     """Train ``trainer`` one pass over a pool that grows as turn files land, until ``deadline`` (perf_counter) or
-    until the pool is spent and ``done()`` says no more will come. The cosine is refitted to the time left every
-    50 steps. ``export(tokens, step)`` is called at each reply-token milestone in ``marks`` and at the end;
+    until the pool is spent and ``done()`` says no more will come. The cosine is refitted every 50 steps to the
+    time left, and, once ``done()`` holds, to the pool left when that is the shorter: a run whose data ends before
+    its time still ends annealed, not cut off at a high learning rate. ``export(tokens, step)`` is called at
+    each reply-token milestone in ``marks`` and at the end;
     ``save(tokens)`` every ``save_every_s`` seconds and at the end. ``seen``: reply tokens an earlier window
     trained on (a continued run); ``skip``: :func:`sample_key` of samples it trained on, never trained again.
     Returns the reply tokens seen, earlier windows included."""
     cfg, b = trainer.cfg, trainer.cfg.batch_size
     t_warm, first, last_fit, last_export = None, trainer.step, trainer.step, None
-    last_save = time.perf_counter()
+    last_save, final = time.perf_counter(), False
+
+    def fit() -> None:                  # the cosine's end: the time left, or the pool left once it is final
+        ends = [len(trainer.order) // b] if final else []
+        if t_warm is not None and trainer.step - first > 1:
+            per = (time.perf_counter() - t_warm) / (trainer.step - first - 1)
+            ends.append(trainer.step + max(1, int((deadline - time.perf_counter()) / per)))
+        if ends:
+            trainer.total_steps = max(trainer.step + 1, min(ends))
+
     while time.perf_counter() < deadline:
-        if trainer.step % poll_every == 0 or (trainer.step + 1) * b > len(trainer.order):
-            new = [x for x in files.fresh() if not skip or sample_key(x) not in skip]
-            if new:
-                grow(trainer, new)
+        poll = trainer.step % poll_every == 0 or (trainer.step + 1) * b > len(trainer.order)
+        if poll or not final:
+            final_now = not final and done()        # asked before reading: files written before it are read now
+            if poll or final_now:
+                new = [x for x in files.fresh() if not skip or sample_key(x) not in skip]
+                if new:
+                    grow(trainer, new)
+            if final_now:
+                final = True
+                fit()
         if (trainer.step + 1) * b > len(trainer.order):      # the next batch would reach past the pool
-            if done():
+            if final:
                 break
             time.sleep(wait_s)
             continue
@@ -319,9 +336,8 @@ def stream_train(trainer, files: TurnFiles, *, done, deadline: float, marks: lis
         seen += sum(max(0, min(x.ids.numel(), cfg.max_len) - x.prompt_len) for x in batch)
         if t_warm is None:
             t_warm = time.perf_counter()
-        elif trainer.step - last_fit >= 50:                    # fit the cosine to the time left
-            per = (time.perf_counter() - t_warm) / (trainer.step - first - 1)
-            trainer.total_steps = trainer.step + max(1, int((deadline - time.perf_counter()) / per))
+        elif trainer.step - last_fit >= 50:                    # fit the cosine to the time (or pool) left
+            fit()
             last_fit = trainer.step
         while marks and seen >= marks[0]:
             marks.pop(0)
