@@ -467,11 +467,19 @@ def test_a_second_run_of_the_recipe_is_its_own_series_beside_the_first(tmp_path)
     (out / "train_peagle.json").write_text(json.dumps({"samples": 9, "reply_tokens": 9, "streamed": True,
                                                        "rows": [row]}))
     first = {"series": "one pass", "method": "peagle", "name": "peagle-2.0M", "reply_tokens": 2_001_015, "al": {}}
-    dest.write_text(json.dumps({"commands": ["first"], "rows": [first]}))
-    rows = {r["name"]: r for r in ds.collect(out, dest, "second", keep=True, series="one pass, repeat")["rows"]}
+    first_regen = {"main": {"reply_tokens": 23_900_000}}
+    dest.write_text(json.dumps({"commands": ["first"], "rows": [first], "regeneration": first_regen}))
+    (out / "regen_throughput.json").write_text(json.dumps({"main": {"reply_tokens": 29_000_000}}))
+    result = ds.collect(out, dest, "second", keep=True, series="one pass, repeat")
+    rows = {r["name"]: r for r in result["rows"]}
     assert rows["peagle-2.0M"] == first
     assert rows["one pass, repeat/peagle-2.0M"]["series"] == "one pass, repeat"
     assert rows["one pass, repeat/peagle-2.0M"]["al"]["7"] == 1.31
+    # every allocation's regeneration record stays: the first where it was, later ones after it, each once
+    assert result["regeneration"] == first_regen
+    again = ds.collect(out, dest, "second, collected again", keep=True, series="one pass, repeat")
+    assert again["regeneration"] == first_regen
+    assert again["later_regenerations"] == [{"main": {"reply_tokens": 29_000_000}, "series": "one pass, repeat"}]
 
 
 def test_the_serving_crosscheck_names_the_fix_for_a_bad_drafter_argument(tmp_path):

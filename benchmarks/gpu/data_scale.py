@@ -729,19 +729,25 @@ def collect(out: Path, dest: Path, command: str, keep: bool = False, series: str
                          "reply_tokens_seen": r["reply_tokens"], **({"streamed": True} if r["streamed"] else {}),
                          **({"continued_from": r["continued_from"]} if "continued_from" in r else {})})
     rows += equal_step_rows()
-    commands, about = [command], {}
+    commands, about, regens = [command], {}, []
     if keep and dest.exists():
         old = json.loads(dest.read_text())
         names = {r["name"] for r in rows}
         rows += [r for r in old["rows"] if r["name"] not in names]
         commands = [*old.get("commands", [old.get("command")]), command]
         about = {k: old[k] for k in ("date", "what", "machine") if k in old}     # written by hand: they stay
+        regens = [old["regeneration"], *old.get("later_regenerations", [])] if "regeneration" in old else []
     rows.sort(key=lambda r: (r["series"], r["method"], r["reply_tokens"]))
     result = {**about, "commands": commands, "prompts": ev["prompts"], "max_new_tokens": ev["max_new_tokens"],
               "rows": rows}
     regen = out / "regen_throughput.json"
-    if regen.exists():
-        result["regeneration"] = json.loads(regen.read_text())
+    if regen.exists():                  # each allocation's record; the first stays where it was
+        new = {**json.loads(regen.read_text()), "series": series}
+        regens = [r for r in regens if r != new] + [new]
+    if regens:
+        result["regeneration"] = regens[0]
+        if regens[1:]:
+            result["later_regenerations"] = regens[1:]
     write_json(result, dest)
     return result
 
