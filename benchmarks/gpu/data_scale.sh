@@ -8,7 +8,10 @@
 #                (STAGES defaults to "regen train eval"; "unpack stream eval" trains both drafters while the
 #                 engines write, on parts/data/*.npz carried in this call plus the fresh data, and packs the fresh
 #                 data when the engines stop (REGEN_S), so a call made while training runs can bring it back with
-#                 BRING=data; TRAIN_S counts from the start, so make it longer than REGEN_S)
+#                 BRING=data; TRAIN_S counts from the start, so make it longer than REGEN_S. Data is for looking at:
+#                 never keep it in git, where a file added and removed counts twice against the 256 MiB a
+#                 submission may weigh (history_budget.py); each allocation regenerates what it trains on.
+#                 The data-scaling plan, one allocation per session: docs/data-scaling.md)
 #   calls 17+:   bash benchmarks/gpu/data_scale.sh               wait up to WAIT_S, bring back what is done
 # Side jobs on the same GPU (the regen engines have fixed KV caches, so a side job starting or stopping cannot break
 # their memory profiling), each started once by any call after the install: NB=1 runs notebooks 01-04 under
