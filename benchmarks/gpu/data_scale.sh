@@ -11,7 +11,7 @@
 #                 BRING=data; TRAIN_S counts from the start, so make it longer than REGEN_S. Data is for looking at:
 #                 never keep it in git, where a file added and removed counts twice against the 256 MiB a
 #                 submission may weigh (history_budget.py); each allocation regenerates what it trains on.
-#                 The data-scaling plan, one allocation per session: docs/data-scaling.md)
+#                 The data-scaling plan, one allocation at a time: docs/data-scaling.md)
 #   calls 17+:   bash benchmarks/gpu/data_scale.sh               wait up to WAIT_S, bring back what is done
 # Side jobs on the same GPU (the regen engines have fixed KV caches, so a side job starting or stopping cannot break
 # their memory profiling), each started once by any call after the install: NB=1 runs notebooks 01-04 under
