@@ -125,7 +125,13 @@ def cmd_generate(args) -> int:
     from .target import Target
 
     target = Target.load(args.target, device=args.device)
-    drafter = load_drafter(args.drafter, target).to(target.device) if args.drafter else None
+    path = args.drafter
+    if args.method != "ar" and not path:      # the embedded target (check_args): its shipped drafter
+        from .bench import resolve_drafter
+
+        path = resolve_drafter(args.method, None, target_is_default=True)
+        print(f"[{args.method}] the shipped drafter {path} (pass --drafter FOLDER for another)", file=sys.stderr)
+    drafter = load_drafter(path, target).to(target.device) if path else None
     out = generate(target, target.chat_ids(args.prompt), method=args.method, drafter=drafter, k=args.k,
                    max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p, seed=args.seed)
     print(target.decode(out.tokens))
@@ -457,7 +463,8 @@ def add_generate_parser(sub) -> None:
     s = sub.add_parser("generate", help="generate a reply to one prompt (ar, eagle or peagle)")
     s.add_argument("prompt")
     s.add_argument("--method", default="ar", choices=["ar", "eagle", "peagle"])
-    s.add_argument("--drafter", help="drafter checkpoint folder (needed for eagle / peagle)")
+    s.add_argument("--drafter", help="drafter checkpoint folder for eagle / peagle (default with the embedded "
+                   "target: the shipped one)")
     s.add_argument("--k", type=_draft_length, default=5, help=f"draft tokens per step (1..{K_MAX})")
     s.add_argument("--max-new-tokens", type=_positive, default=128)
     s.add_argument("--temperature", type=_non_negative, default=0.0, help="0 = greedy")
@@ -756,8 +763,9 @@ def check_args(parser: argparse.ArgumentParser, args) -> None:
     reads; ``error`` exits 2 with one line naming the command and the flag, before any model loads."""
     subs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     p = subs.choices[args.command]
-    if args.command == "generate" and args.method != "ar" and not args.drafter:
-        p.error(f"--method {args.method} needs --drafter FOLDER (a drafter checkpoint; or use --method ar)")
+    if args.command == "generate" and args.method != "ar" and not args.drafter and args.target is not None:
+        p.error(f"--method {args.method} with --target {args.target} needs --drafter FOLDER (a drafter trained for "
+                "that target; the shipped ones fit only the embedded SmolLM2-135M-Instruct; or use --method ar)")
     if args.command == "regenerate":
         _check_regenerate_engine(p, args)
     methods = [m for m, _ in args.drafter] if args.command in ("bench", "vllm-bench") else []

