@@ -637,7 +637,7 @@ def add_train_parser(sub) -> None:
 
 def add_check_parser(sub) -> None:
     s = sub.add_parser("check", help="validate a drafter against a target and probe its acceptance")
-    s.add_argument("drafter")
+    s.add_argument("drafter", help="drafter folder, or a shipped drafter's name (eagle-smollm2, peagle-smollm2)")
     s.add_argument("--target", default=None)
     s.add_argument("--k", type=_draft_length, default=None,
                    help="K of the acceptance probe (default: the trained depth of a P-EAGLE drafter, else 3)")
@@ -649,7 +649,7 @@ def add_check_parser(sub) -> None:
 def add_materialise_parser(sub) -> None:
     s = sub.add_parser("materialise", help="print the folder vLLM loads for a drafter (one storing a learned mask row "
                                            "is written once into the cache as the target's embedding with that row)")
-    s.add_argument("drafter")
+    s.add_argument("drafter", help="drafter folder, or a shipped drafter's name (eagle-smollm2, peagle-smollm2)")
     s.add_argument("--target", default=None, help="the target's HF folder (default: the embedded SmolLM2, converted)")
     s.set_defaults(fn=cmd_materialise)
 
@@ -669,7 +669,7 @@ def add_eval_parser(sub) -> None:
 
 def add_export_speculators_parser(sub) -> None:
     s = sub.add_parser("export-speculators", help="write a drafter in the speculators format (vLLM >= 0.33 reads it)")
-    s.add_argument("drafter", help="drafter folder in vLLM's EAGLE-3 layout")
+    s.add_argument("drafter", help="drafter folder in vLLM's EAGLE-3 layout, or a shipped drafter's name")
     s.add_argument("out", help="new folder for the speculators-format copy (or an empty one, or an earlier export)")
     s.add_argument("--overwrite", action="store_true",
                    help="let OUT replace a folder peagle-lab did not write (its files are deleted)")
@@ -763,6 +763,7 @@ def check_args(parser: argparse.ArgumentParser, args) -> None:
     reads; ``error`` exits 2 with one line naming the command and the flag, before any model loads."""
     subs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     p = subs.choices[args.command]
+    _shipped_names(args)
     if args.command == "generate" and args.method != "ar" and not args.drafter and args.target is not None:
         p.error(f"--method {args.method} with --target {args.target} needs --drafter FOLDER (a drafter trained for "
                 "that target; the shipped ones fit only the embedded SmolLM2-135M-Instruct; or use --method ar)")
@@ -780,6 +781,21 @@ def check_args(parser: argparse.ArgumentParser, args) -> None:
             p.error(str(err))
     _check_paths(p, args)
     _check_outputs(p, args)
+
+
+def _shipped_names(args) -> None:
+    """A command's one drafter may be named as eval's are: a shipped drafter's name stands for its folder
+    (a folder of that name in the working directory comes first)."""
+    from pathlib import Path
+
+    from .drafters_registry import shipped
+
+    value = getattr(args, "drafter", None) if args.command in SINGLE_DRAFTER else None
+    if isinstance(value, str) and value in shipped() and not Path(value).expanduser().exists():
+        args.drafter = str(shipped()[value])
+
+
+SINGLE_DRAFTER = ("generate", "check", "materialise", "export-speculators")
 
 
 def _holds(outer: str, inner: str) -> bool:

@@ -318,3 +318,19 @@ def test_library_refusals_are_one_line_and_bugs_still_raise(monkeypatch, capsys)
     monkeypatch.setattr(cli, "cmd_info", bug)
     with pytest.raises(RuntimeError, match="genuine bug"):                # not swallowed
         main(["info"])
+
+
+def test_single_drafter_commands_take_a_shipped_name_as_eval_does(capsys, monkeypatch, tmp_path):
+    """`materialise peagle-smollm2` reads the shipped folder (which stores no learned row, so it is its own vLLM
+    folder); an export pointed at the package's drafters folder is still refused before anything is written; a
+    folder of that name in the working directory comes first."""
+    from peagle_lab.drafters_registry import shipped
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["materialise", "peagle-smollm2"]) == 0
+    assert capsys.readouterr().out.strip() == str(shipped()["peagle-smollm2"])
+    line = _exit_2(["export-speculators", "eagle-smollm2", str(shipped()["eagle-smollm2"].parent)], capsys)
+    assert "would delete that drafter" in line
+    (tmp_path / "peagle-smollm2").mkdir()                       # a local folder of that name, with no drafter
+    assert main(["check", "peagle-smollm2"]) == 1
+    assert "PROBLEM: peagle-smollm2 has no config.json" in capsys.readouterr().out
