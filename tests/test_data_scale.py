@@ -326,6 +326,42 @@ def test_a_window_can_go_on_from_an_exported_drafter_named_in_resume_json(tmp_pa
     assert [r["step"] for r in history] == [1, 2, 3]               # the export's steps, then this window's
 
 
+def test_a_resumed_cosine_is_fitted_at_once_and_ends_at_its_deadline(tmp_path, monkeypatch):
+    """After a resume at step S the warm-up multiplies the cosine from S on. The cosine's end is fitted to the
+    time left after the first measured step (a clock that moves one second per step: 20 steps fit), so the
+    learning rate climbs through the warm-up and comes down to the schedule's floor exactly at the deadline.
+    Fitted only every 50 steps, a short window would end at its peak, never annealed."""
+    import types
+
+    from helpers import learnable_samples
+
+    from peagle_lab.train.trainer import Trainer
+
+    ds = _module()
+    a, samples, cfg, target, ids = _trained(tmp_path, steps=4)
+    state = {"drafter": a.drafter.state_dict(), "opt": a.opt.state_dict(), "step": 4, "draft_ids": ids,
+             "source": "test", "history": []}
+    cfg.warmup_steps = 6
+    b = Trainer(target, learnable_samples(n=90, seed=5), cfg, tmp_path / "b", ids)
+    ds.continue_from(b, state)
+    now = [1000.0]
+    monkeypatch.setattr(ds, "time", types.SimpleNamespace(perf_counter=lambda: now[0],
+                                                          sleep=lambda s: now.__setitem__(0, now[0] + s)))
+    factors, real_step = [], b.train_step
+
+    def step():
+        factors.append(b.sched.get_last_lr()[0] / cfg.lr)
+        now[0] += 1.0
+        return real_step()
+
+    b.train_step = step
+    ds.stream_train(b, ds.TurnFiles(tmp_path / "none"), done=lambda: False, deadline=now[0] + 20, marks=[],
+                    export=lambda tok, st: None, wait_s=0.01, poll_every=10**6)
+    assert b.step == 4 + 20 == b.total_steps, (b.step, b.total_steps)
+    assert all(x < y for x, y in zip(factors[:6], factors[1:6])), factors      # the warm-up only climbs
+    assert b.sched.get_last_lr()[0] / cfg.lr == pytest.approx(0.1)             # and the end is annealed
+
+
 def test_an_export_resumes_with_the_sample_keys_its_window_saved_beside_it(tmp_path):
     """The keys file a window writes with each state (seen-<method>.pt) travels with the export: the next window
     skips exactly those samples."""
@@ -365,7 +401,7 @@ def test_a_carry_folder_survives_the_trip_home_and_resumes_both_methods(tmp_path
     subprocess.run(f"tar cf - -C {out} carry-peagle | split -b 20000 -d -a 1 - {home}/carry-peagle.tar.",
                    shell=True, check=True)
     keep = ROOT / "benchmarks" / "gpu" / "keep_carry.sh"
-    subprocess.run(["bash", str(keep), str(home)], check=True, env={**os.environ, "PARTS": str(parts)})
+    subprocess.run(["bash", str(keep), str(home)], check=True, env={**os.environ, "RESUME_PARTS": str(parts)})
     folder = tmp_path / "resume"
     shutil.copytree(parts / "resume-peagle", folder)          # data_scale.sh merges every parts/resume*/ folder
     (folder / "resume-eagle.json").write_text(json.dumps({"eagle": {"export": "eagle-0.0M", "steps": 1,
@@ -383,8 +419,84 @@ def test_a_carry_folder_survives_the_trip_home_and_resumes_both_methods(tmp_path
     assert len(pieces) > 2
     pieces[-1].unlink()                                           # a piece missing: the good folder stays
     done = subprocess.run(["bash", str(keep), str(home)], capture_output=True, text=True,
-                          env={**os.environ, "PARTS": str(parts)})
+                          env={**os.environ, "RESUME_PARTS": str(parts)})
     assert "did not unpack whole" in done.stderr and (parts / "resume-peagle" / "resume-peagle.json").exists()
+
+
+def _carry_pieces(home: Path, folder: Path, m: str) -> None:
+    import subprocess
+
+    for old in home.glob(f"carry-{m}.tar.*"):
+        old.unlink()
+    subprocess.run(f"tar cf - -C {folder.parent} {folder.name} | split -b 20000 -d -a 1 - {home}/carry-{m}.tar.",
+                   shell=True, check=True)
+
+
+def test_keep_carry_takes_only_a_folder_whose_export_and_keys_are_whole(tmp_path):
+    """A carry folder that unpacks but lacks its key file, or whose weights file is cut short, leaves the last
+    good resume folder in place; a whole one replaces it."""
+    import subprocess
+
+    from safetensors.torch import save_file
+
+    keep, env = ROOT / "benchmarks" / "gpu" / "keep_carry.sh", {**os.environ, "RESUME_PARTS": str(tmp_path / "p")}
+    src, home = tmp_path / "src" / "carry-eagle", tmp_path / "home"
+    (src / "eagle-1.0M").mkdir(parents=True)
+    home.mkdir()
+    save_file({"w": torch.arange(40_000, dtype=torch.float32)}, str(src / "eagle-1.0M" / "model.safetensors"))
+    (src / "eagle-1.0M" / "config.json").write_text("{}")
+    (src / "resume-eagle.json").write_text(json.dumps({"eagle": {"export": "eagle-1.0M", "steps": 7,
+                                                                 "seen_file": "seen-eagle.pt"}}))
+    torch.save(torch.tensor([1, 2, 3]), src / "seen-eagle.pt")
+
+    def run() -> subprocess.CompletedProcess:
+        _carry_pieces(home, src, "eagle")
+        return subprocess.run(["bash", str(keep), str(home)], capture_output=True, text=True, env=env)
+
+    assert run().returncode == 0
+    kept = tmp_path / "p" / "resume-eagle"
+    good = (kept / "eagle-1.0M" / "model.safetensors").read_bytes()
+    (src / "seen-eagle.pt").unlink()
+    assert "did not unpack whole" in run().stderr
+    torch.save(torch.tensor([1, 2, 3, 4]), src / "seen-eagle.pt")
+    weights = src / "eagle-1.0M" / "model.safetensors"
+    weights.write_bytes(good[:-1000])                     # a weights file cut short, as a tar of a moving folder
+    assert "did not unpack whole" in run().stderr
+    assert (kept / "eagle-1.0M" / "model.safetensors").read_bytes() == good
+    assert torch.load(kept / "seen-eagle.pt").tolist() == [1, 2, 3]
+    weights.write_bytes(good)
+    assert run().returncode == 0 and torch.load(kept / "seen-eagle.pt").tolist() == [1, 2, 3, 4]
+
+
+def test_write_carry_leaves_one_whole_folder_and_nothing_beside_it(tmp_path):
+    ds = _module()
+    a, samples, cfg, target, ids = _trained(tmp_path, steps=1)
+    out = tmp_path / "dsout"
+    out.mkdir()
+    ds.write_carry(out, a, "peagle", 75, torch.tensor([5]))
+    a.train_step()
+    ds.write_carry(out, a, "peagle", 150, torch.tensor([5, 6]))
+    assert sorted(p.name for p in out.iterdir()) == ["carry-peagle"]
+    record = json.loads((out / "carry-peagle" / "resume-peagle.json").read_text())["peagle"]
+    assert record["steps"] == 2 and record["reply_tokens_seen"] == 150
+    assert sorted(p.name for p in (out / "carry-peagle").iterdir()) == ["peagle-0.0M", "resume-peagle.json",
+                                                                        "seen-peagle.pt"]
+
+
+def test_a_resume_folder_without_this_method_stops_the_trainer_with_the_fix(tmp_path, monkeypatch):
+    """--resume given but holding nothing for the method: starting from zero would export milestones named like
+    the resumed run's, so the trainer stops at once, saying what to park."""
+    import types
+
+    ds = _module()
+    monkeypatch.setattr(ds, "DEVICE", "cpu")
+    (tmp_path / "resume").mkdir()
+    (tmp_path / "resume" / "resume-eagle.json").write_text(json.dumps({"eagle": {"export": "eagle-1.0M"}}))
+    args = types.SimpleNamespace(work=str(tmp_path / "work"), resume=str(tmp_path / "resume"), train_s=60,
+                                 batch_size=4)
+    with pytest.raises(SystemExit) as stop:
+        ds.stage_stream(args, tmp_path / "out", "peagle")
+    assert "cannot go on" in str(stop.value) and "park parts/resume-peagle" in str(stop.value)
 
 
 def test_carry_folders_kept_in_history_come_back_in_a_fresh_clone(tmp_path):
@@ -480,6 +592,37 @@ def test_a_second_run_of_the_recipe_is_its_own_series_beside_the_first(tmp_path)
     again = ds.collect(out, dest, "second, collected again", keep=True, series="one pass, repeat")
     assert again["regeneration"] == first_regen
     assert again["later_regenerations"] == [{"main": {"reply_tokens": 29_000_000}, "series": "one pass, repeat"}]
+
+
+def test_record_keeps_an_allocation_whole_and_refuses_an_unfinished_eval(tmp_path):
+    """The raw record is made from what results.tgz brought back: logs without progress bars, the driver's log
+    split at the eval, every JSON as written; an eval.json that has not reached K=7 yet is refused."""
+    ds = _module()
+    out = tmp_path / "results"
+    out.mkdir()
+    (out / "driver.log").write_text("[10:00:00] stage stream\n[10:11:00] regeneration: 29000000 reply tokens\n"
+                                    "[10:22:00] stage eval\n[10:23:00] K=7: peagle-5.0M 1.450\n[10:23:01] done\n")
+    (out / "train_peagle.log").write_text("[10:01:00] stage stream-peagle\r 12%|##   | 5/40 [00:01<00:07, 4.9it/s]"
+                                          "\r\n[10:20:00] peagle: 5000000 reply tokens in 424 steps\n")
+    (out / "train_peagle.json").write_text(json.dumps({"rows": [{"reply_tokens": 5_000_000}], "streamed": True}))
+    (out / "regen_throughput.json").write_text(json.dumps({"main": {"reply_tokens": 29_000_000}}))
+    ev = {"by_k": {"3": {"peagle-5.0M": {"acceptance_length": 1.45}}}, "prompts": "mt-bench:80"}
+    (out / "eval.json").write_text(json.dumps(ev))
+    dest = tmp_path / "raw.json"
+    with pytest.raises(SystemExit, match="no finished eval"):
+        ds.record(out, dest, "START=1 ... bash benchmarks/gpu/data_scale.sh", "NVIDIA H200", "a test")
+    assert not dest.exists()
+    ev["by_k"]["7"] = {"peagle-5.0M": {"acceptance_length": 1.455}}
+    (out / "eval.json").write_text(json.dumps(ev))
+    rec = ds.record(out, dest, "START=1 ... bash benchmarks/gpu/data_scale.sh", "NVIDIA H200", "a test")
+    assert json.loads(dest.read_text()) == rec
+    assert rec["driver_log"] == ["[10:00:00] stage stream", "[10:11:00] regeneration: 29000000 reply tokens"]
+    assert rec["eval_log"][0].endswith("stage eval") and rec["eval_log"][-1].endswith("done")
+    assert rec["train_logs"]["peagle"] == ["[10:01:00] stage stream-peagle",
+                                           "[10:20:00] peagle: 5000000 reply tokens in 424 steps"]
+    assert rec["train"]["peagle"]["rows"][0]["reply_tokens"] == 5_000_000 and "eagle" not in rec["train"]
+    assert rec["regeneration"]["main"]["reply_tokens"] == 29_000_000 and rec["eval"] == ev
+    assert rec["command"].startswith("START=1") and rec["machine"] == "NVIDIA H200" and rec["what"] == "a test"
 
 
 def test_the_serving_crosscheck_names_the_fix_for_a_bad_drafter_argument(tmp_path):

@@ -336,9 +336,9 @@ def stream_train(trainer, files: TurnFiles, *, done, deadline: float, marks: lis
         seen += sum(max(0, min(x.ids.numel(), cfg.max_len) - x.prompt_len) for x in batch)
         if t_warm is None:
             t_warm = time.perf_counter()
-        elif trainer.step - last_fit >= 50:                    # fit the cosine to the time (or pool) left
-            fit()
-            last_fit = trainer.step
+        elif trainer.step - last_fit >= (50 if last_fit > first else 2):   # the time (or pool) left: at once
+            fit()                                              # (a resumed cosine must not run towards a placeholder
+            last_fit = trainer.step                            # end), then every 50 steps
         while marks and seen >= marks[0]:
             marks.pop(0)
             export(seen, trainer.step)
@@ -385,20 +385,25 @@ def write_carry(out: Path, trainer, method: str, tokens: int, keys) -> Path:
     on it, is gone: the weights as an export (``<method>-<N>M``), the sample keys (``seen-<method>.pt``) and
     ``resume-<method>.json`` (reply tokens, steps). About 19 MB for P-EAGLE, so every waiting call of
     data_scale.sh brings back the newest; :func:`load_resume` reads the folder as it is. Replaced whole: a new
-    folder is written beside the old one and renamed over it."""
+    folder is written beside the old one, the old one is renamed aside, the new one into its place, and only then
+    is the old one deleted, so ``carry-<method>`` is always one whole folder or, for an instant, absent (a
+    bring-back that meets that instant fails and is made again by the next call)."""
     import shutil
 
     import torch
 
-    new, done = out / f"carry-{method}.new", out / f"carry-{method}"
+    new, done, old = out / f"carry-{method}.new", out / f"carry-{method}", out / f"carry-{method}.old"
     shutil.rmtree(new, ignore_errors=True)
     name = f"{method}-{tokens / 1e6:.1f}M"
     trainer.export(new / name)
     torch.save(keys, new / f"seen-{method}.pt")
     (new / f"resume-{method}.json").write_text(json.dumps({method: {
         "export": name, "steps": trainer.step, "reply_tokens_seen": tokens, "seen_file": f"seen-{method}.pt"}}))
-    shutil.rmtree(done, ignore_errors=True)
+    shutil.rmtree(old, ignore_errors=True)
+    if done.exists():
+        done.rename(old)
     new.rename(done)
+    shutil.rmtree(old, ignore_errors=True)
     return done
 
 
@@ -453,7 +458,7 @@ def continue_from(trainer, state: dict) -> None:
     if not torch.equal(state["draft_ids"].cpu(), trainer.draft_ids.cpu()):
         problems.append("another draft vocabulary")
     if problems:
-        raise SystemExit(f"{state['source']} cannot be continued by this run: " + "; ".join(problems))
+        raise SystemExit(f"{state['source']}: cannot go on: this run has " + "; ".join(problems))
     if "drafter" in state:
         trainer.drafter.load_state_dict(state["drafter"])
         trainer.opt.load_state_dict(state["opt"])
@@ -485,6 +490,10 @@ def stage_stream(args, out: Path, method: str) -> None:
     work, t0 = Path(args.work), time.perf_counter()
     target = Target.load(device=DEVICE)
     state = load_resume(Path(args.resume), method, target) if args.resume else None
+    if args.resume and state is None:   # starting from zero here would reuse the milestone names of the run resumed
+        raise SystemExit(f"{method}: cannot go on: --resume {args.resume} holds neither stream-{method}.pt nor a "
+                         f"resume*.json naming a {method} export (park parts/resume-{method} too, or leave out "
+                         "--resume to start from zero)")
     skip = frozenset(state["seen"].tolist()) if state else frozenset()
     files = TurnFiles(work)
     samples = [x for x in files.fresh() if sample_key(x) not in skip]
@@ -752,20 +761,54 @@ def collect(out: Path, dest: Path, command: str, keep: bool = False, series: str
     return result
 
 
-STAGES = {"unpack", "regen", "stream", "train", "eval", "serve", "pack", "collect"}
+def record(out: Path, dest: Path, command: str, machine: str, what: str) -> dict:
+    """The raw record of one allocation, from the folder its last ``results.tgz`` was unpacked into: the command
+    and machine as given, the driver's log, each trainer's JSON and log lines (progress bars dropped), the
+    regeneration record with each engine's settings, and the eval with its log. ``collect`` makes the curve
+    from the same folder; this keeps what the curve does not."""
+    import datetime as dt
+
+    def lines(path: Path) -> list[str]:
+        text = path.read_text(errors="replace").replace("\r", "\n") if path.exists() else ""
+        return [x for x in text.splitlines() if x.strip() and "it/s]" not in x and "s/it]" not in x]
+
+    if not (out / "eval.json").exists() or "7" not in json.loads((out / "eval.json").read_text())["by_k"]:
+        raise SystemExit(f"{out}: no finished eval (eval.json with K=7): unpack the results.tgz of a call that "
+                         "printed 'finished'")
+    driver = lines(out / "driver.log")
+    at_eval = next((i for i, x in enumerate(driver) if x.endswith("stage eval")), len(driver))
+    result = {"date": dt.date.today().isoformat(), "machine": machine, "command": command, "what": what,
+              "driver_log": driver[:at_eval], "train": {}, "train_logs": {}}
+    for m in ("peagle", "eagle"):
+        if (out / f"train_{m}.json").exists():
+            result["train"][m] = json.loads((out / f"train_{m}.json").read_text())
+            result["train_logs"][m] = lines(out / f"train_{m}.log")
+    if (out / "regen_throughput.json").exists():
+        result["regeneration"] = json.loads((out / "regen_throughput.json").read_text())
+    result["eval"] = json.loads((out / "eval.json").read_text())
+    result["eval_log"] = driver[at_eval:]
+    write_json(result, dest)
+    return result
+
+
+STAGES = {"unpack", "regen", "stream", "train", "eval", "serve", "pack", "collect", "record"}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("stages", nargs="+",
                     choices=["unpack", "regen", "stream", "train", "train-peagle", "train-eagle", "stream-peagle",
-                             "stream-eagle", "eval", "serve", "pack", "collect"])
+                             "stream-eagle", "eval", "serve", "pack", "collect", "record"])
     ap.add_argument("--serve-s", type=float, default=420, help="serve: the most seconds vLLM may take")
     ap.add_argument("--packed", nargs="*", default=[], help="unpack: .npz files a pack stage made (carried data)")
     ap.add_argument("--resume", default=None,
                     help="stream: a folder with stream-<method>.pt states an earlier window saved (or exports named "
                          "in resume.json): both methods go on from there")
     ap.add_argument("--dest", default="benchmarks/results/data_scaling.json", help="collect: the JSON to write")
+    ap.add_argument("--record-to", default=None, help="record: the raw record to write (benchmarks/results/...)")
+    ap.add_argument("--command", default=None, help="record: the data_scale.sh call that started the run")
+    ap.add_argument("--machine", default="NVIDIA H200", help="record: the GPU and software it ran on")
+    ap.add_argument("--what", default="", help="record: one sentence on what the run was")
     ap.add_argument("--keep-rows", action="store_true",
                     help="collect: keep the rows already in --dest that this run did not replay again")
     ap.add_argument("--series", default="one pass",
@@ -824,6 +867,11 @@ def main() -> None:
                 unpack(Path(f), Path(args.work))
         elif stage == "collect":
             collect(out, Path(args.dest), "python " + " ".join(sys.argv), keep=args.keep_rows, series=args.series)
+        elif stage == "record":
+            if not args.command or not args.record_to:
+                raise SystemExit("record needs --record-to FILE (the raw record to write) and --command '...' (the "
+                                 "data_scale.sh call that started the run)")
+            record(out, Path(args.record_to), args.command, args.machine, args.what)
         else:
             stage_eval(args, out)
     log("done")

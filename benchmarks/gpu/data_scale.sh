@@ -76,7 +76,7 @@ while [ $SECONDS -lt $end ] && pgrep -f "fz/data_scal[e]|notebooks_cud[a]" > /de
     setsid nohup python /tmp/fz/data_scale.py serve --out /tmp/dsout --eval-new-tokens 128 \
       > /tmp/dsout/serve_driver.log 2>&1 < /dev/null &
   fi
-  if grep -qs Traceback /tmp/dsout/train_*.log && ! pgrep -f "data_scale.py (strea[m]|trai[n])-" > /dev/null; then
+  if grep -qsE "Traceback|cannot go on" /tmp/dsout/train_*.log && ! pgrep -f "data_scale.py (strea[m]|trai[n])-" > /dev/null; then
     echo "a trainer stopped with an error at ${SECONDS} s: see its log below; the engines go on"; break
   fi                                            # (restart it by hand with the fix: data_scale.py stream-<m> ...)
   sleep 5
