@@ -700,3 +700,49 @@ def test_keep_refuses_carry_folders_that_would_make_the_submission_too_heavy(tmp
                        capture_output=True, text=True)
     assert r.returncode == 1 and "too heavy to submit" in r.stderr and "nothing kept" in r.stderr
     assert subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True).stdout == head
+
+
+def test_eval_replays_each_export_once_as_it_lands_and_an_identical_drafter_scores_the_same(tmp_path, monkeypatch):
+    """Stage eval-live beside the trainers: an export that lands while it waits is replayed and written to
+    eval.json before training ends; the stage stops once train.done is there; the eval after it replays
+    nothing again. The oracle: an export that is a copy of a shipped drafter gets that drafter's numbers."""
+    import shutil
+    import threading
+    import types
+
+    from peagle_lab.drafters_registry import shipped
+
+    ds = _module()
+    monkeypatch.setattr(ds, "DEVICE", "cpu")
+    monkeypatch.setenv("PEAGLE_SHIPPED", str(shipped()["eagle-smollm2"].parent))
+    work, out = tmp_path / "work", tmp_path / "out"
+    (work / "exports").mkdir(parents=True)
+    out.mkdir()
+    shutil.copytree(shipped()["eagle-smollm2"], work / "exports" / "eagle-1.0M")
+    args = types.SimpleNamespace(work=str(work), replies=None, eval_prompts=2, eval_new_tokens=8, eval_poll_s=0.2)
+    replayed = []
+    real = ds.stage_eval.__globals__["log"]
+    monkeypatch.setattr(ds, "log", lambda msg: (replayed.append(msg), real(msg)))
+    live = threading.Thread(target=ds.stage_eval, args=(args, out), kwargs={"live": True})
+    live.start()
+    for _ in range(600):                        # the first pass: the shipped pair and the first export
+        if (out / "eval.json").exists() and "7" in json.loads((out / "eval.json").read_text())["by_k"]:
+            break
+        ds.time.sleep(0.1)
+    shutil.copytree(shipped()["peagle-smollm2"], work / "exports" / "peagle-2.0M.tmp-x")  # being written:
+    ds.time.sleep(0.5)                                                                      # not an export yet
+    (work / "exports" / "peagle-2.0M.tmp-x").rename(work / "exports" / "peagle-2.0M")      # lands while it waits
+    (out / "train.done").touch()
+    live.join(timeout=300)
+    assert not live.is_alive()
+    ev = json.loads((out / "eval.json").read_text())
+    assert sorted(ev["by_k"]) == ["3", "5", "7"]
+    for k in ev["by_k"]:
+        got = ev["by_k"][k]
+        assert sorted(got) == ["eagle-1.0M", "eagle-shipped", "peagle-2.0M", "peagle-shipped"]
+        assert got["eagle-1.0M"] == got["eagle-shipped"] and got["peagle-2.0M"] == got["peagle-shipped"]
+    k7 = [m for m in replayed if m.startswith("K=7")]
+    assert len(k7) == 2 and "peagle-2.0M" in k7[1] and "eagle-shipped" not in k7[1]   # each drafter once
+    replayed.clear()
+    ds.stage_eval(args, out)                    # the eval after training: nothing left
+    assert replayed == ["eval: every drafter is replayed already"]

@@ -9,12 +9,15 @@ Three stages, one process (start it under ``setsid``; benchmarks/gpu/data_scale.
    to ``--train-s``; each exports a drafter whenever the reply tokens it has seen pass a milestone, so each
    milestone is the drafter "trained on N reply tokens".
 3. ``eval``: every export and the shipped pair replayed on the same greedy replies to 80 MT-Bench prompts at
-   K = 3, 5, 7 (as benchmarks/ablation_eval.py does).
+   K = 3, 5, 7 (as benchmarks/ablation_eval.py does). With ``eval`` among the stages, ``train`` and ``stream``
+   start ``eval-live`` beside the trainers: each export is replayed as it lands, and ``eval`` replays only what
+   is left.
 
 ``stream`` runs 1 and 2 at once on the one GPU: both trainers read turn files as the engines write them (a 135M
 target leaves vLLM host-bound, so the GPU has room), one pass over a pool that grows behind them, then the fresh
 data is packed as soon as the engines stop. ``unpack``/``pack`` carry data between machines; ``serve`` runs the
-newest P-EAGLE export in CUDA vLLM; ``collect`` (on the CPU, afterwards) writes the curve.
+newest P-EAGLE export in CUDA vLLM; ``collect`` (on the CPU, afterwards) writes the curve and ``record`` an
+allocation's raw record.
 
 Everything lands in ``--out``: ``data_scaling.json`` (rewritten as rows arrive), ``regen_throughput.json``, logs.
 """
@@ -33,6 +36,7 @@ import warnings
 from pathlib import Path
 
 MILESTONES_M = (2, 5, 10, 20, 35, 50, 75, 100)      # reply tokens seen, millions
+EXPORT_NAME = re.compile(r"(peagle|eagle)-\d+\.\dM")   # what the trainers' exports are called (peagle-2.0M)
 
 
 def log(msg: str) -> None:
@@ -564,7 +568,13 @@ def batched_greedy(target, prompts: list[list[int]], new_tokens: int) -> list[li
     return [row[width:].tolist() for row in out.cpu()]
 
 
-def stage_eval(args, out: Path) -> None:
+def stage_eval(args, out: Path, live: bool = False) -> None:
+    """Every export under ``--work``/exports and the shipped pair replayed on the same greedy replies to the
+    MT-Bench prompts at K = 3, 5, 7, into ``eval.json`` (rewritten after each K). A drafter already there at
+    every K is not replayed again, so the stage can run as often as exports land. ``live`` (stage ``eval-live``,
+    which ``train`` and ``stream`` start beside the trainers): replay each export as it lands, until the trainers
+    are done (``train.done``). Each milestone's point then leaves the machine with the next waiting call instead
+    of waiting for the end of the run, and the eval after training has only the last exports left."""
     from peagle_lab.checkpoint import load_drafter
     try:
         from peagle_lab.train.replay import evaluate_drafters, greedy_replies
@@ -573,13 +583,21 @@ def stage_eval(args, out: Path) -> None:
     from peagle_lab.prompts import load_categories, load_prompts
     from peagle_lab.target import Target
 
-    work = Path(args.work)
-    target = Target.load(device=DEVICE)
+    work, path, ks = Path(args.work), out / "eval.json", ("3", "5", "7")
     shipped = Path(os.environ.get("PEAGLE_SHIPPED", "peagle_lab/drafters"))    # a copy that outlives the call's tree
-    folders = {"peagle-shipped": shipped / "peagle-smollm2", "eagle-shipped": shipped / "eagle-smollm2"}
-    for p in sorted((work / "exports").glob("*")):
-        folders[p.name] = p
-    drafters = {n: load_drafter(f, target).to(target.device).eval() for n, f in folders.items()}
+    fixed = {"peagle-shipped": shipped / "peagle-smollm2", "eagle-shipped": shipped / "eagle-smollm2"}
+
+    def pending() -> tuple[dict, dict]:
+        have = json.loads(path.read_text()) if path.exists() else {"by_k": {}}
+        done = set.intersection(*(set(have["by_k"].get(k, {})) for k in ks))
+        folders = {**fixed, **{p.name: p for p in sorted((work / "exports").glob("*"))    # an export's temporary
+                               if p.is_dir() and EXPORT_NAME.fullmatch(p.name)}}     # folder is not one yet
+        return have, {n: f for n, f in folders.items() if n not in done}
+
+    if not live and not pending()[1]:
+        log("eval: every drafter is replayed already")
+        return
+    target = Target.load(device=DEVICE)
     texts = load_prompts("mt-bench", args.eval_prompts)
     categories = load_categories("mt-bench", args.eval_prompts)
     prompts = [target.chat_ids(p) for p in texts]
@@ -595,16 +613,33 @@ def stage_eval(args, out: Path) -> None:
         log(f"batched greedy replies in {time.perf_counter() - t:.0f} s")
     else:
         replies = greedy_replies(target, prompts, k=7, max_new_tokens=args.eval_new_tokens)
-    by_k = {}
-    for k in (3, 5, 7):
-        cut = [r[: args.eval_new_tokens + k + 1] for r in replies]
-        res = evaluate_drafters(target, drafters, prompts, cut, k=k, max_new_tokens=args.eval_new_tokens,
-                                categories=categories)
-        by_k[str(k)] = {n: {"acceptance_length": r["acceptance_length"],
-                            "acceptance_per_position": r["acceptance_per_position"]} for n, r in res.items()}
-        log(f"K={k}: " + ", ".join(f"{n} {r['acceptance_length']:.3f}" for n, r in res.items()))
-        write_json({"by_k": by_k, "prompts": f"mt-bench:{args.eval_prompts}", "max_new_tokens": args.eval_new_tokens},
-                   out / "eval.json")
+    while True:
+        finished = (out / "train.done").exists()        # asked first: exports written before it are found below
+        have, todo = pending()
+        drafters = {}
+        for n, f in todo.items():
+            try:
+                drafters[n] = load_drafter(f, target).to(target.device).eval()
+            except Exception as e:      # noqa: BLE001 - replaced as it was read: the next pass reads it again
+                if not live or finished:
+                    raise
+                log(f"eval: {n} not readable yet ({type(e).__name__}: {e})")
+        if drafters:
+            for k in (3, 5, 7):
+                cut = [r[: args.eval_new_tokens + k + 1] for r in replies]
+                res = evaluate_drafters(target, drafters, prompts, cut, k=k, max_new_tokens=args.eval_new_tokens,
+                                        categories=categories)
+                have["by_k"].setdefault(str(k), {}).update(
+                    {n: {"acceptance_length": r["acceptance_length"],
+                         "acceptance_per_position": r["acceptance_per_position"]} for n, r in res.items()})
+                log(f"K={k}: " + ", ".join(f"{n} {r['acceptance_length']:.3f}" for n, r in res.items()))
+                write_json({"by_k": {k: have["by_k"][k] for k in sorted(have["by_k"], key=int)},
+                            "prompts": f"mt-bench:{args.eval_prompts}", "max_new_tokens": args.eval_new_tokens},
+                           path)
+            del drafters
+        if not live or finished:
+            return
+        time.sleep(args.eval_poll_s)
 
 
 SHIPPED = {   # the shipped pair: 3.69M distinct reply tokens in 16,384 conversations (data_stats.json), 9-11 passes
@@ -786,19 +821,19 @@ def record(out: Path, dest: Path, command: str, machine: str, what: str) -> dict
     if (out / "regen_throughput.json").exists():
         result["regeneration"] = json.loads((out / "regen_throughput.json").read_text())
     result["eval"] = json.loads((out / "eval.json").read_text())
-    result["eval_log"] = driver[at_eval:]
+    result["eval_log"] = lines(out / "eval_live.log") + driver[at_eval:]      # replayed as they landed, then the rest
     write_json(result, dest)
     return result
 
 
-STAGES = {"unpack", "regen", "stream", "train", "eval", "serve", "pack", "collect", "record"}
+STAGES = {"unpack", "regen", "stream", "train", "eval", "eval-live", "serve", "pack", "collect", "record"}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("stages", nargs="+",
                     choices=["unpack", "regen", "stream", "train", "train-peagle", "train-eagle", "stream-peagle",
-                             "stream-eagle", "eval", "serve", "pack", "collect", "record"])
+                             "stream-eagle", "eval", "eval-live", "serve", "pack", "collect", "record"])
     ap.add_argument("--serve-s", type=float, default=420, help="serve: the most seconds vLLM may take")
     ap.add_argument("--packed", nargs="*", default=[], help="unpack: .npz files a pack stage made (carried data)")
     ap.add_argument("--resume", default=None,
@@ -832,6 +867,7 @@ def main() -> None:
     ap.add_argument("--ab-prompts", type=int, default=0, help="regen: first turns for the transformers/vLLM A/B")
     ap.add_argument("--eval-prompts", type=int, default=80)
     ap.add_argument("--eval-new-tokens", type=int, default=128, help="eval: reply tokens replayed per prompt")
+    ap.add_argument("--eval-poll-s", type=float, default=20.0, help="eval-live: seconds between looks for exports")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--max-new-tokens", type=int, default=256)
     args = ap.parse_args()
@@ -845,15 +881,21 @@ def main() -> None:
             stage_regen(args, out)
         elif stage in ("train", "stream"):                   # both methods at once, one process each
             me = [a for a in sys.argv[1:] if a not in STAGES]
+            (out / "train.done").unlink(missing_ok=True)
             procs = [subprocess.Popen([sys.executable, __file__, f"{stage}-{m}", *me],
                                       stdout=open(out / f"train_{m}.log", "w"), stderr=subprocess.STDOUT)
                      for m in ("peagle", "eagle")]
+            live = (subprocess.Popen([sys.executable, __file__, "eval-live", *me], stdout=open(out / "eval_live.log", "w"),
+                                     stderr=subprocess.STDOUT) if "eval" in args.stages else None)
             if stage == "stream":       # regenerate beside them; pack as soon as the data is whole
                 stage_regen(args, out)
                 (out / "regen.done").touch()
                 pack(Path(args.work), out)
             for p in procs:
                 p.wait()
+            (out / "train.done").touch()
+            if live is not None:        # its last pass replays the last exports; stage eval then finds none left
+                live.wait()
         elif stage.startswith("train-"):
             stage_train(args, out, stage.removeprefix("train-"))
         elif stage.startswith("stream-"):
@@ -867,6 +909,8 @@ def main() -> None:
                 unpack(Path(f), Path(args.work))
         elif stage == "collect":
             collect(out, Path(args.dest), "python " + " ".join(sys.argv), keep=args.keep_rows, series=args.series)
+        elif stage == "eval-live":
+            stage_eval(args, out, live=True)
         elif stage == "record":
             if not args.command or not args.record_to:
                 raise SystemExit("record needs --record-to FILE (the raw record to write) and --command '...' (the "
