@@ -637,6 +637,10 @@ def stage_eval(args, out: Path, live: bool = False) -> None:
                             "prompts": f"mt-bench:{args.eval_prompts}", "max_new_tokens": args.eval_new_tokens},
                            path)
             del drafters
+            if DEVICE == "cuda":            # the trainers and engines on the same GPU get the memory back
+                import torch
+
+                torch.cuda.empty_cache()
         if not live or finished:
             return
         time.sleep(args.eval_poll_s)
