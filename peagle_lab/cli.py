@@ -129,7 +129,7 @@ def cmd_generate(args) -> int:
     if args.method != "ar" and not path:      # the embedded target (check_args): its shipped drafter
         from .bench import resolve_drafter
 
-        path = resolve_drafter(args.method, None, target_is_default=True)
+        path = resolve_drafter(args.method, None, target_is_default=args.target is None)
         print(f"[{args.method}] the shipped drafter {path} (pass --drafter FOLDER for another)", file=sys.stderr)
     drafter = load_drafter(path, target).to(target.device) if path else None
     out = generate(target, target.chat_ids(args.prompt), method=args.method, drafter=drafter, k=args.k,

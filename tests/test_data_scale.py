@@ -592,6 +592,10 @@ def test_a_second_run_of_the_recipe_is_its_own_series_beside_the_first(tmp_path)
     again = ds.collect(out, dest, "second, collected again", keep=True, series="one pass, repeat")
     assert again["regeneration"] == first_regen
     assert again["later_regenerations"] == [{"main": {"reply_tokens": 29_000_000}, "series": "one pass, repeat"}]
+    (out / "regen_throughput.json").write_text(json.dumps(first_regen))       # the first one, collected again:
+    once = ds.collect(out, dest, "first, again", keep=True, series="one pass")  # it is not kept twice
+    regens = [once["regeneration"], *once.get("later_regenerations", [])]
+    assert sum(r["main"] == first_regen["main"] for r in regens) == 1 and len(regens) == 2
 
 
 def test_record_keeps_an_allocation_whole_and_refuses_an_unfinished_eval(tmp_path):
@@ -600,22 +604,23 @@ def test_record_keeps_an_allocation_whole_and_refuses_an_unfinished_eval(tmp_pat
     ds = _module()
     out = tmp_path / "results"
     out.mkdir()
-    (out / "driver.log").write_text("[10:00:00] stage stream\n[10:11:00] regeneration: 29000000 reply tokens\n"
-                                    "[10:22:00] stage eval\n[10:23:00] K=7: peagle-5.0M 1.450\n[10:23:01] done\n")
+    log = ("[10:00:00] stage stream\n[10:11:00] regeneration: 29000000 reply tokens\n"
+           "[10:22:00] stage eval\n[10:23:00] K=7: peagle-5.0M 1.450\n")
+    (out / "driver.log").write_text(log)          # still running: eval-live writes K=7 long before the end
     (out / "train_peagle.log").write_text("[10:01:00] stage stream-peagle\r 12%|##   | 5/40 [00:01<00:07, 4.9it/s]"
                                           "\r\n[10:20:00] peagle: 5000000 reply tokens in 424 steps\n")
     for m, n in (("peagle", 5_000_000), ("eagle", 5_100_000)):
         (out / f"train_{m}.json").write_text(json.dumps({"rows": [{"reply_tokens": n}], "streamed": True,
                                                          "reply_tokens": 27_500_000}))
     (out / "regen_throughput.json").write_text(json.dumps({"main": {"reply_tokens": 29_000_000}}))
-    ev = {"by_k": {"3": {"peagle-5.0M": {"acceptance_length": 1.45}}}, "prompts": "mt-bench:80"}
+    ev = {"by_k": {k: {"peagle-5.0M": {"acceptance_length": 1.45}} for k in ("3", "5", "7")},
+          "prompts": "mt-bench:80"}
     (out / "eval.json").write_text(json.dumps(ev))
     dest = tmp_path / "raw.json"
-    with pytest.raises(SystemExit, match="no finished eval"):
+    with pytest.raises(SystemExit, match="had not finished"):
         ds.record(out, dest, "START=1 ... bash benchmarks/gpu/data_scale.sh", "NVIDIA H200", "a test")
     assert not dest.exists()
-    ev["by_k"]["7"] = {"peagle-5.0M": {"acceptance_length": 1.455}}
-    (out / "eval.json").write_text(json.dumps(ev))
+    (out / "driver.log").write_text(log + "[10:23:01] done\n")
     rec = ds.record(out, dest, "START=1 ... bash benchmarks/gpu/data_scale.sh", "NVIDIA H200", "a test")
     assert json.loads(dest.read_text()) == rec
     assert rec["driver_log"] == ["[10:00:00] stage stream", "[10:11:00] regeneration: 29000000 reply tokens"]
@@ -746,3 +751,12 @@ def test_eval_replays_each_export_once_as_it_lands_and_an_identical_drafter_scor
     replayed.clear()
     ds.stage_eval(args, out)                    # the eval after training: nothing left
     assert replayed == ["eval: every drafter is replayed already"]
+    # an export written again under its name (the end of a run a few tokens past a milestone): replayed again
+    shutil.copytree(shipped()["peagle-smollm2"], work / "exports" / "eagle-1.0M.tmp-y")
+    shutil.rmtree(work / "exports" / "eagle-1.0M")
+    (work / "exports" / "eagle-1.0M.tmp-y").rename(work / "exports" / "eagle-1.0M")
+    replayed.clear()
+    ds.stage_eval(args, out)
+    assert [m.startswith("K=") and "eagle-1.0M" in m and "shipped" not in m for m in replayed] == [True] * 3
+    ev = json.loads((out / "eval.json").read_text())
+    assert all(ev["by_k"][k]["eagle-1.0M"] == ev["by_k"][k]["peagle-shipped"] for k in ev["by_k"])

@@ -568,6 +568,13 @@ def batched_greedy(target, prompts: list[list[int]], new_tokens: int) -> list[li
     return [row[width:].tolist() for row in out.cpu()]
 
 
+def weights_mark(folder: Path) -> str:
+    """Which weights a drafter folder holds now: its weight files' sizes and modification times (an export is
+    written whole and renamed into place, so a new one under the same name has new times)."""
+    files = sorted(Path(folder).glob("*.safetensors"))
+    return ";".join(f"{f.name}:{f.stat().st_size}:{f.stat().st_mtime_ns}" for f in files)
+
+
 def stage_eval(args, out: Path, live: bool = False) -> None:
     """Every export under ``--work``/exports and the shipped pair replayed on the same greedy replies to the
     MT-Bench prompts at K = 3, 5, 7, into ``eval.json`` (rewritten after each K). A drafter already there at
@@ -592,7 +599,8 @@ def stage_eval(args, out: Path, live: bool = False) -> None:
         done = set.intersection(*(set(have["by_k"].get(k, {})) for k in ks))
         folders = {**fixed, **{p.name: p for p in sorted((work / "exports").glob("*"))    # an export's temporary
                                if p.is_dir() and EXPORT_NAME.fullmatch(p.name)}}     # folder is not one yet
-        return have, {n: f for n, f in folders.items() if n not in done}
+        marks = have.get("weights", {})       # an export written again under its name is replayed again
+        return have, {n: f for n, f in folders.items() if n not in done or marks.get(n) != weights_mark(f)}
 
     if not live and not pending()[1]:
         log("eval: every drafter is replayed already")
@@ -616,9 +624,10 @@ def stage_eval(args, out: Path, live: bool = False) -> None:
     while True:
         finished = (out / "train.done").exists()        # asked first: exports written before it are found below
         have, todo = pending()
-        drafters = {}
+        drafters, marks = {}, {}
         for n, f in todo.items():
             try:
+                marks[n] = weights_mark(f)      # taken before reading: a rewrite meanwhile is caught next time
                 drafters[n] = load_drafter(f, target).to(target.device).eval()
             except Exception as e:      # noqa: BLE001 - replaced as it was read: the next pass reads it again
                 if not live or finished:
@@ -633,9 +642,11 @@ def stage_eval(args, out: Path, live: bool = False) -> None:
                     {n: {"acceptance_length": r["acceptance_length"],
                          "acceptance_per_position": r["acceptance_per_position"]} for n, r in res.items()})
                 log(f"K={k}: " + ", ".join(f"{n} {r['acceptance_length']:.3f}" for n, r in res.items()))
+                if k == 7:                      # every K replayed: this drafter's numbers belong to these weights
+                    have["weights"] = {**have.get("weights", {}), **{n: marks[n] for n in drafters}}
                 write_json({"by_k": {k: have["by_k"][k] for k in sorted(have["by_k"], key=int)},
-                            "prompts": f"mt-bench:{args.eval_prompts}", "max_new_tokens": args.eval_new_tokens},
-                           path)
+                            "weights": have.get("weights", {}), "prompts": f"mt-bench:{args.eval_prompts}",
+                            "max_new_tokens": args.eval_new_tokens}, path)
             del drafters
             if DEVICE == "cuda":            # the trainers and engines on the same GPU get the memory back
                 import torch
@@ -791,7 +802,8 @@ def collect(out: Path, dest: Path, command: str, keep: bool = False, series: str
     regen = out / "regen_throughput.json"
     if regen.exists():                  # each allocation's record; the first stays where it was
         new = {**json.loads(regen.read_text()), "series": series}
-        regens = [r for r in regens if r != new] + [new]
+        same = {k: v for k, v in new.items() if k != "series"}     # a record kept before series were named
+        regens = [r for r in regens if {k: v for k, v in r.items() if k != "series"} != same] + [new]
     if regens:
         result["regeneration"] = regens[0]
         if regens[1:]:
@@ -811,10 +823,10 @@ def record(out: Path, dest: Path, command: str, machine: str, what: str) -> dict
         text = path.read_text(errors="replace").replace("\r", "\n") if path.exists() else ""
         return [x for x in text.splitlines() if x.strip() and "it/s]" not in x and "s/it]" not in x]
 
-    if not (out / "eval.json").exists() or "7" not in json.loads((out / "eval.json").read_text())["by_k"]:
-        raise SystemExit(f"{out}: no finished eval (eval.json with K=7): unpack the results.tgz of a call that "
-                         "printed 'finished'")
     driver = lines(out / "driver.log")
+    if not (out / "eval.json").exists() or not driver or not driver[-1].endswith("] done"):
+        raise SystemExit(f"{out}: the run had not finished (its driver.log does not end with 'done'): unpack the "
+                         "results.tgz of the call that printed 'finished'")
     at_eval = next((i for i, x in enumerate(driver) if x.endswith("stage eval")), len(driver))
     result = {"date": dt.date.today().isoformat(), "machine": machine, "command": command, "what": what,
               "driver_log": driver[:at_eval], "train": {}, "train_logs": {}}
@@ -885,21 +897,26 @@ def main() -> None:
             stage_regen(args, out)
         elif stage in ("train", "stream"):                   # both methods at once, one process each
             me = [a for a in sys.argv[1:] if a not in STAGES]
-            (out / "train.done").unlink(missing_ok=True)
+            for flag in ("train.done", "regen.done"):          # a folder used before starts clean
+                (out / flag).unlink(missing_ok=True)
             procs = [subprocess.Popen([sys.executable, __file__, f"{stage}-{m}", *me],
                                       stdout=open(out / f"train_{m}.log", "w"), stderr=subprocess.STDOUT)
                      for m in ("peagle", "eagle")]
             live = (subprocess.Popen([sys.executable, __file__, "eval-live", *me], stdout=open(out / "eval_live.log", "w"),
                                      stderr=subprocess.STDOUT) if "eval" in args.stages else None)
-            if stage == "stream":       # regenerate beside them; pack as soon as the data is whole
-                stage_regen(args, out)
-                (out / "regen.done").touch()
-                pack(Path(args.work), out)
-            for p in procs:
-                p.wait()
-            (out / "train.done").touch()
-            if live is not None:        # its last pass replays the last exports; stage eval then finds none left
-                live.wait()
+            try:
+                if stage == "stream":   # regenerate beside them; pack as soon as the data is whole
+                    try:
+                        stage_regen(args, out)
+                    finally:            # whatever happened to the engines, the trainers spend what is there
+                        (out / "regen.done").touch()
+                    pack(Path(args.work), out)
+            finally:                    # and eval-live ends after them even if this stage broke
+                for p in procs:
+                    p.wait()
+                (out / "train.done").touch()
+                if live is not None:    # its last pass replays the last exports; stage eval then finds none left
+                    live.wait()
         elif stage.startswith("train-"):
             stage_train(args, out, stage.removeprefix("train-"))
         elif stage.startswith("stream-"):

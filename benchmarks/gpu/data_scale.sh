@@ -95,8 +95,13 @@ if [ -z "${BRING:-}" ]; then
     c=/tmp/dsout/carry-$m; [ -d "$c" ] || continue
     stamp=$(cat "$c"/resume-$m.json 2>/dev/null)
     [ -n "$stamp" ] && [ "$stamp" != "$(cat /tmp/dsout/brought-$m 2>/dev/null)" ] || continue
-    tar cf - -C /tmp/dsout "carry-$m" | split -b 15000000 -d -a 1 - "$OUT/carry-$m.tar." \
-      && echo "$stamp" > /tmp/dsout/brought-$m && echo "bringing carry-$m: $stamp"
+    # a save that swapped the folder in while tar read it could mix two saves: then send nothing this time
+    if tar cf - -C /tmp/dsout "carry-$m" | split -b 15000000 -d -a 1 - "$OUT/carry-$m.tar." \
+       && [ "$stamp" = "$(cat "$c"/resume-$m.json 2>/dev/null)" ]; then
+      echo "$stamp" > /tmp/dsout/brought-$m && echo "bringing carry-$m: $stamp"
+    else
+      rm -f "$OUT"/carry-$m.tar.*; echo "carry-$m changed while packed: the next call brings it"
+    fi
   done
 fi
 # BRING=exports: the last export of each method; BRING=data: the packed data; BRING=1: both (8 files at most)

@@ -13,7 +13,10 @@ python3 -m pip download -q --no-deps --only-binary=:all: -d parts/ds sharegpt-da
 # The vLLM bundle is the slow part (downloads and zstd); a copy is kept outside the checkout, under a key of what
 # makes it, so a later checkout on the same machine takes it in seconds (PEAGLE_PARTS_CACHE=none: no copy).
 CACHE=${PEAGLE_PARTS_CACHE:-$HOME/.cache/peagle-lab/vc-parts}
-KEY=$(cat ../shared/tools/vllm-cuda-pins.txt benchmarks/gpu/make_vllm_bundle.sh | sha256sum | cut -c1-16)
+if [ ! -f parts/vc.part-00 ] && [ "$CACHE" != none ]; then   # the key: the pins, the bundle script, the GGUF
+  GGUF=$(.venv/bin/python -c 'from peagle_lab.assets import smollm2_gguf; print(smollm2_gguf())')
+  KEY=$(cat ../shared/tools/vllm-cuda-pins.txt benchmarks/gpu/make_vllm_bundle.sh "$GGUF" | sha256sum | cut -c1-16)
+fi
 if [ ! -f parts/vc.part-00 ] && [ "$CACHE" != none ] && [ -f "$CACHE/$KEY/complete" ]; then
   cp "$CACHE/$KEY"/vc.part-* parts/ && echo "vLLM bundle from $CACHE/$KEY"
 fi
