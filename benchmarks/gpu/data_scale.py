@@ -902,8 +902,9 @@ def main() -> None:
             procs = [subprocess.Popen([sys.executable, __file__, f"{stage}-{m}", *me],
                                       stdout=open(out / f"train_{m}.log", "w"), stderr=subprocess.STDOUT)
                      for m in ("peagle", "eagle")]
-            live = (subprocess.Popen([sys.executable, __file__, "eval-live", *me], stdout=open(out / "eval_live.log", "w"),
-                                     stderr=subprocess.STDOUT) if "eval" in args.stages else None)
+            live = (subprocess.Popen([sys.executable, __file__, "eval-live", *me],
+                                     stdout=open(out / "eval_live.log", "w"), stderr=subprocess.STDOUT)
+                    if "eval" in args.stages else None)
             try:
                 if stage == "stream":   # regenerate beside them; pack as soon as the data is whole
                     try:
