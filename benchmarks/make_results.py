@@ -161,6 +161,7 @@ TOPICS = [
         ("gpu_engine_tests_h200.log", "the engine's oracle tests on CUDA", None)]),
     ("Serving in vLLM (`peagle-lab vllm-bench`)", "vllm-cpu-serving.md", [
         ("vllm_cpu_sweep.json", "CPU vLLM: method x K x concurrency, 12 spread MT-Bench prompts", vllm),
+        ("vllm_cpu_sweep_first12.json", "the same sweep on the first 12 MT-Bench prompts (all writing)", vllm),
         ("vllm_cpu_crosscheck.json", "vLLM's drafts and acceptance against the teaching engine's", crosscheck),
         ("vllm_cpu_knobs.json", "server settings: thread binding, compilation", None),
         ("vllm_shared_head_probe.json", "vLLM serving a drafter that shares the target's output layer", None)]),
@@ -193,7 +194,8 @@ TOPICS = [
         ("drafter_forward_h200.json", "the same, eager", drafter_forward),
         ("batch_engine_tests_h200.log", "the batched engine's and the kernel's tests on CUDA", None)]),
     ("Kernel", "kernel-timings.md", [
-        ("kernel_h200.json", "the Triton input-layout kernel vs its torch reference and an empty launch", kernel)]),
+        ("kernel_h200.json", "the Triton input-layout kernel vs its torch reference and an empty launch", kernel),
+        ("kernel_h200_fixed_launch.json", "the same before the launch shape followed the request length", kernel)]),
     ("Acceptance (replayed and measured)", "acceptance-by-category.md", [
         ("replay_acceptance_mtbench80.json", "AL on all 80 MT-Bench prompts, per category", replay),
         ("replay_acceptance_capacity.json", "AL of drafters above the shipping size limit", replay),
@@ -247,7 +249,9 @@ TOPICS = [
         ("ablation_eval_epochs.json", "the recipe and EAGLE-3 for ~20 epochs", replay_by_k),
         ("recipe_epochs_h200.json", "their training", None),
         ("ablation_eval_sampled_data.json", "both on greedy plus two sampled replies a turn", replay_by_k),
-        ("recipe_sampled_data_h200.json", "their training", None)]),
+        ("recipe_sampled_data_h200.json", "their training", None),
+        ("recipe_small_shards_h200.json", "regeneration in shards of 128 conversations, one arm on 455 samples",
+         None)]),
     ("Several GPUs (DDP)", "training.md", [
         ("ddp_tests_h200_1gpu.json", "all-reduced gradients of 2 processes vs one process (one H200, gloo)", None),
         ("ddp_tests_h200_1gpu.log", "the test log", None)]),
