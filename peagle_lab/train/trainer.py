@@ -33,7 +33,7 @@ from .data import Sample, data_fingerprint, target_difference, target_identity
 from .features import target_batch
 from .loss import LossParts, SeqData, padded_loss, sequence_loss, supervised_mask
 
-RESUME_MAY_CHANGE = ("steps", "checkpoint_every", "num_segments", "layout", "val_k")
+RESUME_MAY_CHANGE = ("steps", "checkpoint_every", "num_segments", "layout", "val_k", "micro_batches")
 LAYOUTS = {"packed": sequence_loss, "padded": padded_loss}  # padded: per method
 
 
@@ -234,6 +234,12 @@ class Trainer:
             raise ValueError("no training samples; regenerate data first")
         if cfg.layout not in LAYOUTS:
             raise ValueError(f"unknown layout {cfg.layout!r}; use one of {', '.join(LAYOUTS)}")
+        rank, world = rank_and_world()
+        share = len(range(rank, cfg.batch_size, world))
+        if not 1 <= cfg.micro_batches <= share:
+            raise ValueError(f"micro_batches={cfg.micro_batches}: each optimiser step's {share} conversations "
+                             f"(of batch_size={cfg.batch_size}) split into 1 to {share} micro-batches; "
+                             "set micro_batches in that range")
         self.target, self.samples, self.cfg = target, samples, cfg
         self.out_dir = Path(out_dir)
         self.out_dir.mkdir(parents=True, exist_ok=True)
@@ -291,33 +297,46 @@ class Trainer:
         with sdpa_backends(self.device):
             return self._train_step()
 
+    def _micro_batch(self, batch: list[Sample], ids: list[int], step: int) -> tuple[SeqData, Elements]:
+        """The target's features (with the recipe's noise) and the COD elements of the conversations ``ids``
+        (indices in the global batch): each conversation's share depends on its index alone, not on which
+        process or micro-batch packs it."""
+        cfg = self.cfg
+        data = target_batch(self.target, [batch[i] for i in ids], self.draft_ids, cfg.max_len, bf16=cfg.target_bf16)
+        if cfg.hidden_noise > 0:
+            data = with_feature_noise(data, cfg.hidden_noise, seed=cfg.seed * 1_000_003 + step, global_ids=ids)
+        el = cod_for_conversations(data, cfg, step, ids)
+        return data, Elements(el.anchor.to(self.device), el.depth.to(self.device), el.doc.to(self.device))
+
     def _train_step(self) -> dict:
         cfg, step = self.cfg, self.step
         rank, world = rank_and_world()
         t0 = time.perf_counter()
         global_ids = list(range(rank, cfg.batch_size, world))
         batch = self.batch_for(step)
-        data = target_batch(self.target, [batch[i] for i in global_ids], self.draft_ids, cfg.max_len,
-                            bf16=cfg.target_bf16)
-        if cfg.hidden_noise > 0:
-            data = with_feature_noise(data, cfg.hidden_noise, seed=cfg.seed * 1_000_003 + step, global_ids=global_ids)
-        el = cod_for_conversations(data, cfg, step, global_ids)
-        el = Elements(el.anchor.to(self.device), el.depth.to(self.device), el.doc.to(self.device))
-        count = supervised_mask(el, data).sum().reshape(1)
+        # micro-batches: this process's conversations in consecutive slices, each run forward and backward on
+        # its own (peak memory follows the largest slice); every slice's loss is divided by the count of the
+        # whole global batch, so the summed gradient is the one-pass gradient (tests/test_trainer.py)
+        m, n = cfg.micro_batches, len(global_ids)
+        slices = [global_ids[i * n // m:(i + 1) * n // m] for i in range(m)]
+        micro = [self._micro_batch(batch, ids, step) for ids in slices]
+        count = sum(supervised_mask(el, data).sum() for data, el in micro).reshape(1)
         if world > 1:                                   # on the run's device: NCCL reduces CUDA tensors only
             dist.all_reduce(count)
         count = int(count)
         self.opt.zero_grad(set_to_none=True)
         use_amp = cfg.amp_bf16 and self.device.type == "cuda"
-        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=use_amp):
-            # Both layouts give the same loss and gradient (tests/test_partition.py). Packed: one pass,
-            # (sum E_i)^2 attention, with P-EAGLE's mask as a sparse flex-attention BlockMask on CUDA
-            # ("auto"), optionally in num_segments partitions. Padded: B * E_max^2 in one pass (EAGLE-3:
-            # one pass per depth, rows per conversation); it ignores num_segments.
-            loss_fn = LAYOUTS[cfg.layout]
-            parts: LossParts = loss_fn(self.drafter, el, data, method=cfg.method, max_depth=cfg.max_depth,
-                                       num_segments=cfg.num_segments, normalizer=max(count, 1), backward=True,
-                                       attention="auto")
+        parts: LossParts | None = None
+        for data, el in micro:
+            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=use_amp):
+                # Both layouts give the same loss and gradient (tests/test_partition.py). Packed: one pass,
+                # (sum E_i)^2 attention, with P-EAGLE's mask as a sparse flex-attention BlockMask on CUDA
+                # ("auto"), optionally in num_segments partitions. Padded: B * E_max^2 in one pass (EAGLE-3:
+                # one pass per depth, rows per conversation); it ignores num_segments.
+                got = LAYOUTS[cfg.layout](self.drafter, el, data, method=cfg.method, max_depth=cfg.max_depth,
+                                          num_segments=cfg.num_segments, normalizer=max(count, 1), backward=True,
+                                          attention="auto")
+            parts = got if parts is None else parts + got
         if world > 1:
             all_reduce_grads(self.drafter.parameters())
             stats = torch.cat([parts.loss_sum.detach().float().reshape(1).to(self.device),
@@ -330,7 +349,8 @@ class Trainer:
         self.opt.step()
         self.sched.step()
         self.step += 1
-        row = {"step": self.step, "loss": float(parts.loss_sum) / max(count, 1), "elements": len(el),
+        row = {"step": self.step, "loss": float(parts.loss_sum) / max(count, 1),
+               "elements": sum(len(el) for _, el in micro),
                "supervised": count, "grad_norm": float(gnorm), "lr": self.sched.get_last_lr()[0],
                "acc_per_depth": (parts.correct.float() / parts.total.clamp_min(1)).tolist(),
                "seconds": time.perf_counter() - t0}
