@@ -4,6 +4,7 @@ import importlib.util
 import json
 import os
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -630,6 +631,18 @@ def test_record_keeps_an_allocation_whole_and_refuses_an_unfinished_eval(tmp_pat
     assert rec["train"]["peagle"]["rows"][0]["reply_tokens"] == 5_000_000 and rec["train_logs"]["eagle"] == []
     assert rec["regeneration"]["main"]["reply_tokens"] == 29_000_000 and rec["eval"] == ev
     assert rec["command"].startswith("START=1") and rec["machine"] == "NVIDIA H200" and rec["what"] == "a test"
+    assert "memory" not in rec
+    # the GPU is the one the memory plan names, and the plan and nvidia-smi's samples are kept
+    with pytest.raises(SystemExit, match="names no GPU .*--machine"):
+        ds.record(out, tmp_path / "other.json", "START=1 ...", None, "a test")
+    plan = {"total_gib": 79.6, "engines": 4, "micro": 2, "kv_gib": 8.0, "gpu": "NVIDIA H100 80GB HBM3"}
+    (out / "memory_plan_stream.json").write_text(json.dumps(plan))
+    (out / "gpu_memory.log").write_text('{"time": "10:05:00", "used_mib": 70000, "total_mib": 81559, "by_pid": {}}\n'
+                                        '{"time": "10:05:30", "used_mib": 71000, "total_mib": 81559, "by_pid": {}}\n'
+                                        '{"max_used_mib": 71000}\n')
+    rec = ds.record(out, dest, "START=1 ... bash benchmarks/gpu/data_scale.sh", None, "a test")
+    assert rec["machine"] == "NVIDIA H100 80GB HBM3" and rec["memory"]["plans"] == {"stream": plan}
+    assert rec["memory"]["max_used_mib"] == 71000 and len(rec["memory"]["samples"]) == 3
     spec = importlib.util.spec_from_file_location("make_results", ROOT / "benchmarks" / "make_results.py")
     make_results = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(make_results)          # RESULTS.md's headline for such a record
@@ -760,3 +773,41 @@ def test_eval_replays_each_export_once_as_it_lands_and_an_identical_drafter_scor
     assert [m.startswith("K=") and "eagle-1.0M" in m and "shipped" not in m for m in replayed] == [True] * 3
     ev = json.loads((out / "eval.json").read_text())
     assert all(ev["by_k"][k]["eagle-1.0M"] == ev["by_k"][k]["peagle-shipped"] for k in ev["by_k"])
+
+
+def test_the_memory_plan_keeps_the_h200_run_and_fits_an_80_gb_card():
+    """An H200 (nvidia-smi: 143,771 MiB) keeps the measured configuration: one pass a step, 16 GiB of KV cache per
+    engine. An 80 GB H100 (81,559 MiB) splits each step in two and gives the engines what is left, and everything
+    planned fits the card; the trainers alone, or the engines alone, need no split."""
+    ds = _module()
+    h200, h100 = 143771 / 1024, 81559 / 1024
+    plan = ds.memory_plan(h200, 4, trainers=True, eval_live=True)
+    assert (plan["micro"], plan["kv_gib"]) == (1, 16.0)
+    plan = ds.memory_plan(h100, 4, trainers=True, eval_live=True)
+    assert plan["micro"] == 2 and 8 <= plan["kv_gib"] < 16
+    used = plan["trainers_and_eval_gib"] + 4 * (plan["kv_gib"] + ds.ENGINE_GIB) + ds.MARGIN_GIB
+    assert used <= h100
+    assert ds.memory_plan(h100, 0, trainers=True, eval_live=True)["micro"] == 1
+    assert ds.memory_plan(h100, 4, trainers=False, eval_live=False)["kv_gib"] == 16.0
+    # given sizes are kept, or refused with the fix when they cannot fit
+    assert ds.memory_plan(h100, 4, trainers=True, eval_live=True, micro=4)["micro"] == 4
+    assert ds.memory_plan(h100, 4, trainers=True, eval_live=True, kv=10.0) == {**ds.memory_plan(
+        h100, 4, trainers=True, eval_live=True, micro=4), "kv_gib": 10.0}
+    with pytest.raises(SystemExit, match="use fewer engines .*--kv-cache-gib"):
+        ds.memory_plan(h100, 4, trainers=True, eval_live=True, kv=14.0)
+    with pytest.raises(SystemExit, match="1.5 GiB of KV cache"):
+        ds.memory_plan(39.4, 4, trainers=True, eval_live=True)
+
+
+def test_every_process_of_the_stream_stage_gets_the_plan_the_driver_made(tmp_path, monkeypatch):
+    """The driver sizes the stage once and passes its micro-batches to the trainers, whose own stages
+    (stream-peagle, without eval) would otherwise plan without eval-live's share."""
+    ds = _module()
+    monkeypatch.setattr(ds, "gpu_total_gib", lambda: 81559 / 1024)
+    monkeypatch.setattr(ds, "DEVICE", "cuda")
+    args = SimpleNamespace(slices="0:9,0:9,0:9,0:9", stages=["stream", "eval"], batch_size=64, micro_batches=0,
+                           kv_cache_gib=None)
+    driver = ds.plan_for(args, "stream")
+    trainer_args = SimpleNamespace(**{**vars(args), "stages": ["stream-peagle"], "micro_batches": driver["micro"]})
+    assert ds.plan_for(trainer_args, "stream")["micro"] == driver["micro"] == 2
+    assert ds.plan_for(args, "regen")["kv_gib"] == 16.0 and ds.plan_for(args, "train")["micro"] == 1

@@ -157,13 +157,14 @@ def watch(cmds: list[list[str]], logs: list[Path], deadline: float, *, relaunch_
     return stop_at(procs, deadline)
 
 
-def stage_regen(args, out: Path) -> None:
+def stage_regen(args, out: Path, beside: bool = False) -> None:
     """Whole ShareGPT conversations answered turn by turn at T=0.7 by ``len(--slices)`` vLLM engines at once, each
     over its own slice of conversations with its own seed, on one GPU (a 135M target leaves vLLM host-bound, so
     engines side by side add up), until ``--regen-s`` runs out. Turn files are written whole: a stop loses only
     the turn in flight. Each engine has a fixed KV cache (``--kv-cache-gib``), so vLLM skips the free-memory
-    profiling that another GPU process starting or stopping would break: all start at once."""
-    work = Path(args.work)
+    profiling that another GPU process starting or stopping would break: all start at once. Its size comes from
+    :func:`memory_plan` (``beside``: the trainers of stage ``stream`` share the GPU) unless given."""
+    work, kv = Path(args.work), plan_for(args, "stream" if beside else "regen")["kv_gib"]
     t_ab = time.perf_counter()
     ab = stage_ab(args, out)
     slices = [tuple(int(x) for x in s.split(":")) for s in args.slices.split(",")]
@@ -174,10 +175,10 @@ def stage_regen(args, out: Path) -> None:
         extra = ["--all-turns", "--skip-prompts", str(a), "--num-prompts", str(b - a), "--temperature", "0.7",
                  "--seed", str(args.seed + i), "--max-prompt-tokens", "640", "--batch-size", str(args.vllm_batch),
                  "--shard-size", str(args.shard_size), "--gpu-memory-utilization", str(share),
-                 "--kv-cache-gib", str(args.kv_cache_gib)]
+                 "--kv-cache-gib", str(kv)]
         cmds.append(regenerate_cmd(work / f"data-{i}", "vllm", extra))
         logs.append(out / f"regen_{i}.log")
-    log(f"{len(cmds)} regenerations for {budget:.0f} s, {args.kv_cache_gib} GiB of KV cache each")
+    log(f"{len(cmds)} regenerations for {budget:.0f} s, {kv} GiB of KV cache each")
     rcs = watch(cmds, logs, t0 + max(60.0, budget))
     wall = time.perf_counter() - t0
     engines = [{"command": " ".join(c[1:]), "rc": rc, "conversations": f"{a}:{b}", **folder_record(work / f"data-{i}")}
@@ -211,6 +212,118 @@ RECIPES = {   # the shipped pair's shapes (P-EAGLE one layer deeper: the paper's
 }
 
 
+# GPU memory, GiB. The trainers' peaks: torch's, one process alone, at batch 64 of ShareGPT-like lengths longer
+# than the regenerated replies (train_step_batch_h200.json); they scale with the conversations per micro-batch.
+TRAINER_PEAK_GIB = {"peagle": 30.6, "eagle": 14.1}
+ALLOCATOR_SLACK = 1.2    # what torch's caching allocator holds beyond its peak, with lengths that change every step
+CONTEXT_GIB = 0.6        # a CUDA context, per process
+ENGINE_GIB = 3.0         # one vLLM engine beside its KV cache: bf16 weights, CUDA graphs to 1,024 sequences, workspace
+EVAL_GIB = 3.0           # eval-live: the target in float32, 80 replies, one drafter replayed at a time
+MARGIN_GIB = 2.0
+KV_MAX_GIB, KV_WANT_GIB, KV_MIN_GIB = 16.0, 8.0, 4.0    # the engines' KV cache: the H200 runs' 16 at most
+
+
+def gpu_info() -> tuple[str, float] | None:
+    """The GPU's name and memory in GiB, from nvidia-smi (no CUDA context in this process); None without one."""
+    try:
+        got = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=30)
+        name, mib = got.stdout.splitlines()[0].rsplit(",", 1)
+        return name.strip(), int(mib) / 1024
+    except (OSError, ValueError, IndexError, subprocess.TimeoutExpired):
+        return None
+
+
+def gpu_total_gib() -> float | None:
+    info = gpu_info()
+    return info[1] if info else None
+
+
+def memory_plan(total_gib: float, engines: int, *, trainers: bool, eval_live: bool, batch: int = 64,
+                micro: int = 0, kv: float | None = None) -> dict:
+    """How the run shares one GPU: the trainers' micro-batches and each vLLM engine's KV cache.
+
+    The engines get what the trainers (and eval-live) leave, up to 16 GiB each; with ``micro`` 0 the trainers
+    take the fewest micro-batches (1, 2 or 4: the same gradient, less peak memory) that leave each engine 8 GiB,
+    so a 141 GB H200 runs as measured (one pass a step, 16 GiB each) and an 80 GB card splits each step in two.
+
+    >>> [memory_plan(t, 4, trainers=True, eval_live=True)[k] for t in (140.4, 79.6) for k in ("micro", "kv_gib")]
+    [1, 16.0, 2, 8.0]
+    >>> memory_plan(79.6, 4, trainers=False, eval_live=False)["kv_gib"]       # regeneration alone
+    16.0
+    """
+    def beside(m: int) -> float:              # what the trainers and the eval hold, with m micro-batches
+        held = sum(TRAINER_PEAK_GIB.values()) * batch / 64 / m * ALLOCATOR_SLACK + 2 * CONTEXT_GIB if trainers else 0
+        return held + (EVAL_GIB + CONTEXT_GIB if eval_live else 0)
+
+    def room(m: int) -> float:                # KV cache each engine can have
+        return math.floor(((total_gib - beside(m) - MARGIN_GIB) / max(engines, 1) - ENGINE_GIB) * 2) / 2
+
+    choices = [micro] if micro else ([1, 2, 4] if trainers else [1])
+    m = next((c for c in choices if room(c) >= (kv or KV_WANT_GIB)), choices[-1])
+    got = min(KV_MAX_GIB, room(m)) if kv is None else kv
+    if engines and (got < KV_MIN_GIB or room(m) < got):
+        raise SystemExit(f"{total_gib:.1f} GiB of GPU memory leave each of {engines} vLLM engines "
+                         f"{max(room(m), 0.0):.1f} GiB of KV cache beside the trainers ({m} micro-batches), under the "
+                         f"{max(got, KV_MIN_GIB):.1f} GiB an engine needs: use fewer engines (--slices), regenerate "
+                         "first and train after (stages regen train), or give --kv-cache-gib")
+    return {"total_gib": round(total_gib, 1), "engines": engines, "micro": m, "kv_gib": got,
+            "trainers_and_eval_gib": round(beside(m), 1)}
+
+
+def plan_for(args, stage: str) -> dict:
+    """:func:`memory_plan` for ``stage`` on this run's GPU: ``stream`` (the engines and trainers at once: both
+    ask, and get the same answer), ``regen`` (the engines alone) or ``train`` (the trainers alone)."""
+    engines = len(args.slices.split(",")) if stage != "train" else 0
+    total = gpu_total_gib() if DEVICE == "cuda" else None
+    if total is None:                         # nothing to size for (a CPU dry run): the flags, or the H200's plan
+        return {"total_gib": None, "engines": engines, "micro": args.micro_batches or 1,
+                "kv_gib": args.kv_cache_gib or KV_MAX_GIB, "trainers_and_eval_gib": None}
+    plan = memory_plan(total, engines, trainers=stage != "regen",
+                       eval_live=stage != "regen" and "eval" in args.stages, batch=args.batch_size,
+                       micro=args.micro_batches, kv=args.kv_cache_gib)
+    info = gpu_info()
+    return {**plan, "gpu": info[0] if info else None}
+
+
+class MemorySampler:
+    """Every ``every_s`` seconds, one JSON line in ``path``: the GPU's memory in use and each process's share
+    (nvidia-smi, MiB), so a run records what its memory plan left unused or too tight; ``max_used_mib`` last."""
+
+    def __init__(self, path: Path, every_s: float = 30.0):
+        import threading
+
+        self.path, self.every_s, self.max_used = path, every_s, 0
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    @staticmethod
+    def query(what: str) -> list[list[str]]:
+        got = subprocess.run(["nvidia-smi", f"--query-{what}", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=30)
+        return [[x.strip() for x in line.split(",")] for line in got.stdout.splitlines() if line.strip()]
+
+    def _run(self) -> None:
+        while not self.done.wait(self.every_s):
+            try:
+                used, total = (int(x) for x in self.query("gpu=memory.used,memory.total")[0])
+                apps = {pid: int(mib) for pid, mib in self.query("compute-apps=pid,used_memory")}
+            except (OSError, ValueError, IndexError, subprocess.TimeoutExpired) as e:
+                line = {"time": time.strftime("%H:%M:%S"), "error": f"{type(e).__name__}: {e}"}
+            else:
+                self.max_used = max(self.max_used, used)
+                line = {"time": time.strftime("%H:%M:%S"), "used_mib": used, "total_mib": total, "by_pid": apps}
+            with open(self.path, "a") as f:
+                f.write(json.dumps(line) + "\n")
+
+    def stop(self) -> None:
+        self.done.set()
+        self.thread.join(timeout=60)
+        with open(self.path, "a") as f:
+            f.write(json.dumps({"max_used_mib": self.max_used}) + "\n")
+
+
 def stage_train(args, out: Path, method: str) -> None:
     from peagle_lab.target import Target
     from peagle_lab.train.config import TrainConfig
@@ -223,7 +336,8 @@ def stage_train(args, out: Path, method: str) -> None:
     samples = [x for d in sorted(work.glob("data*")) if any(d.glob("shard-*.pt")) for x in load_samples(d)]
     cfg = TrainConfig(**RECIPES[method], draft_vocab_size=4096, batch_size=args.batch_size, max_len=768, lr=1e-3,
                       warmup_steps=100, checkpoint_every=200, group_by_length=True, seed=0,
-                      steps=math.ceil(len(samples) / args.batch_size))
+                      steps=math.ceil(len(samples) / args.batch_size),
+                      micro_batches=args.micro_batches or plan_for(args, "train")["micro"])
     ids, coverage = build_draft_vocab(token_counts(samples, target.vocab_size), 4096)
     trainer = Trainer(target, samples, cfg, work / f"run-{method}", ids)
     # reply tokens (inside max_len) seen after each sample of the one-pass order
@@ -505,7 +619,8 @@ def stage_stream(args, out: Path, method: str) -> None:
         time.sleep(10)
         samples = [x for x in files.fresh() if sample_key(x) not in skip]
     cfg = TrainConfig(**RECIPES[method], draft_vocab_size=4096, batch_size=args.batch_size, max_len=768, lr=1e-3,
-                      warmup_steps=100, checkpoint_every=10**9, group_by_length=True, seed=0, steps=10**6)
+                      warmup_steps=100, checkpoint_every=10**9, group_by_length=True, seed=0, steps=10**6,
+                      micro_batches=args.micro_batches or plan_for(args, "stream")["micro"])
     if state:
         ids, coverage = state["draft_ids"], None
     else:
@@ -812,11 +927,12 @@ def collect(out: Path, dest: Path, command: str, keep: bool = False, series: str
     return result
 
 
-def record(out: Path, dest: Path, command: str, machine: str, what: str) -> dict:
+def record(out: Path, dest: Path, command: str, machine: str | None, what: str) -> dict:
     """The raw record of one allocation, from the folder its last ``results.tgz`` was unpacked into: the command
     and machine as given, the driver's log, each trainer's JSON and log lines (progress bars dropped), the
-    regeneration record with each engine's settings, and the eval with its log. ``collect`` makes the curve
-    from the same folder; this keeps what the curve does not."""
+    regeneration record with each engine's settings, the memory plan with the GPU's samples, and the eval with
+    its log. ``machine``: the GPU the memory plan names unless given. ``collect`` makes the curve from the same
+    folder; this keeps what the curve does not."""
     import datetime as dt
 
     def lines(path: Path) -> list[str]:
@@ -828,6 +944,10 @@ def record(out: Path, dest: Path, command: str, machine: str, what: str) -> dict
         raise SystemExit(f"{out}: the run had not finished (its driver.log does not end with 'done'): unpack the "
                          "results.tgz of the call that printed 'finished'")
     at_eval = next((i for i, x in enumerate(driver) if x.endswith("stage eval")), len(driver))
+    plans = {p.stem.removeprefix("memory_plan_"): json.loads(p.read_text()) for p in sorted(out.glob("memory_plan_*"))}
+    machine = machine or next((p["gpu"] for p in plans.values() if p.get("gpu")), None)
+    if not machine:
+        raise SystemExit(f"{out} names no GPU (no memory_plan_*.json): give --machine")
     result = {"date": dt.date.today().isoformat(), "machine": machine, "command": command, "what": what,
               "driver_log": driver[:at_eval], "train": {}, "train_logs": {}}
     for m in ("peagle", "eagle"):
@@ -836,6 +956,10 @@ def record(out: Path, dest: Path, command: str, machine: str, what: str) -> dict
             result["train_logs"][m] = lines(out / f"train_{m}.log")
     if (out / "regen_throughput.json").exists():
         result["regeneration"] = json.loads((out / "regen_throughput.json").read_text())
+    if plans:
+        samples = [json.loads(x) for x in lines(out / "gpu_memory.log")]
+        result["memory"] = {"plans": plans, "max_used_mib": max((s.get("used_mib", 0) for s in samples), default=None),
+                            "samples": samples}
     result["eval"] = json.loads((out / "eval.json").read_text())
     result["eval_log"] = lines(out / "eval_live.log") + driver[at_eval:]      # replayed as they landed, then the rest
     write_json(result, dest)
@@ -858,7 +982,8 @@ def main() -> None:
     ap.add_argument("--dest", default="benchmarks/results/data_scaling.json", help="collect: the JSON to write")
     ap.add_argument("--record-to", default=None, help="record: the raw record to write (benchmarks/results/...)")
     ap.add_argument("--command", default=None, help="record: the data_scale.sh call that started the run")
-    ap.add_argument("--machine", default="NVIDIA H200", help="record: the GPU and software it ran on")
+    ap.add_argument("--machine", default=None,
+                    help="record: the GPU it ran on (default: the one its memory plan names)")
     ap.add_argument("--what", default="", help="record: one sentence on what the run was")
     ap.add_argument("--keep-rows", action="store_true",
                     help="collect: keep the rows already in --dest that this run did not replay again")
@@ -876,9 +1001,12 @@ def main() -> None:
     ap.add_argument("--gpu-memory", type=float, default=0.6, help="regen: the GPU memory share of all engines together")
     ap.add_argument("--replies", default=None, help="eval: greedy MT-Bench replies made beforehand (JSON)")
     ap.add_argument("--shard-size", type=int, default=2048)
-    ap.add_argument("--kv-cache-gib", type=float, default=16.0,
-                    help="regen: each engine's KV cache (1,024 full sequences of 896 tokens: ~20 GiB; 16 leaves room "
-                         "for the stream stage's trainers)")
+    ap.add_argument("--kv-cache-gib", type=float, default=None,
+                    help="regen: each engine's KV cache (1,024 full sequences of 896 tokens: ~20 GiB); default: what "
+                         "the GPU leaves beside the trainers, 16 at most (memory_plan)")
+    ap.add_argument("--micro-batches", type=int, default=0,
+                    help="train/stream: each step in this many micro-batches (the same gradient, less memory); "
+                         "0: the fewest that leave the engines 8 GiB each (memory_plan)")
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--ab-prompts", type=int, default=0, help="regen: first turns for the transformers/vLLM A/B")
     ap.add_argument("--eval-prompts", type=int, default=80)
@@ -896,7 +1024,14 @@ def main() -> None:
         if stage == "regen":
             stage_regen(args, out)
         elif stage in ("train", "stream"):                   # both methods at once, one process each
-            me = [a for a in sys.argv[1:] if a not in STAGES]
+            plan = plan_for(args, stage)        # sized here once: every process of the stage gets the same
+            args.micro_batches = plan["micro"]
+            if stage == "stream":
+                args.kv_cache_gib = plan["kv_gib"]
+            write_json(plan, out / f"memory_plan_{stage}.json")
+            log(f"memory plan: {plan}")
+            me = [a for a in sys.argv[1:] if a not in STAGES] + ["--micro-batches", str(plan["micro"])]
+            sampler = MemorySampler(out / "gpu_memory.log") if DEVICE == "cuda" else None
             for flag in ("train.done", "regen.done"):          # a folder used before starts clean
                 (out / flag).unlink(missing_ok=True)
             procs = [subprocess.Popen([sys.executable, __file__, f"{stage}-{m}", *me],
@@ -905,10 +1040,12 @@ def main() -> None:
             live = (subprocess.Popen([sys.executable, __file__, "eval-live", *me],
                                      stdout=open(out / "eval_live.log", "w"), stderr=subprocess.STDOUT)
                     if "eval" in args.stages else None)
+            log("processes (gpu_memory.log's by_pid): " + ", ".join(
+                f"{n} {p.pid}" for n, p in (("peagle", procs[0]), ("eagle", procs[1]), ("eval-live", live)) if p))
             try:
                 if stage == "stream":   # regenerate beside them; pack as soon as the data is whole
                     try:
-                        stage_regen(args, out)
+                        stage_regen(args, out, beside=True)
                     finally:            # whatever happened to the engines, the trainers spend what is there
                         (out / "regen.done").touch()
                     pack(Path(args.work), out)
@@ -918,6 +1055,8 @@ def main() -> None:
                 (out / "train.done").touch()
                 if live is not None:    # its last pass replays the last exports; stage eval then finds none left
                     live.wait()
+                if sampler is not None:
+                    sampler.stop()
         elif stage.startswith("train-"):
             stage_train(args, out, stage.removeprefix("train-"))
         elif stage.startswith("stream-"):

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The data-scaling run (data_scale.py) on the lent H200, in one machine start. Make the parts first, here:
+# The data-scaling run (data_scale.py) on one lent GPU (H200 or 80 GB H100), in one machine start. Make the parts first, here:
 # bash benchmarks/gpu/data_scale_parts.sh (a fresh checkout has no parts/).
 #   call 1:      PARK_ONLY=1 bash benchmarks/gpu/data_scale.sh   carry parts/ds (ShareGPT wheel, the library as frozen,
 #                                                                 optionally mtbench_replies.json: greedy replies)
@@ -13,6 +13,10 @@
 #                 submission may weigh (history_budget.py); each allocation regenerates what it trains on.
 #                 The data-scaling plan, one allocation at a time: docs/data-scaling.md)
 #   calls 17+:   bash benchmarks/gpu/data_scale.sh               wait up to WAIT_S, bring back what is done
+# Memory: data_scale.py sizes the run to the card (memory_plan, written to memory_plan_<stage>.json; nvidia-smi
+# samples every 30 s in gpu_memory.log): on an H200 one pass a step and 16 GiB of KV cache per engine, on an 80 GB
+# card each step in two micro-batches (the same gradient) and what is left for the engines. MICRO=N and KV_GIB=G
+# set them by hand.
 # Side jobs on the same GPU (the regen engines have fixed KV caches, so a side job starting or stopping cannot break
 # their memory profiling), each started once by any call after the install: NB=1 runs notebooks 01-04 under
 # nbmake (21_notebooks_cuda.sh, from a copy of the tree, wheels from parts/nbwheels parked in an earlier call;
@@ -54,6 +58,7 @@ if [ "${START:-0}" = 1 ] && ! pgrep -f "fz/data_scal[e]" > /dev/null && [ ! -f /
   setsid nohup python /tmp/fz/data_scale.py ${STAGES:-regen train eval} --out /tmp/dsout \
     --regen-s "${REGEN_S:-600}" --train-s "${TRAIN_S:-420}" --batch-size "${BATCH:-64}" \
     --slices "${SLICES:-0:4348,4348:8696,8696:13044,13044:17393}" --seed "${SEED:-5}" \
+    --micro-batches "${MICRO:-0}" $([ -n "${KV_GIB:-}" ] && echo --kv-cache-gib "$KV_GIB") \
     --packed $(ls /tmp/vp/*.npz 2>/dev/null) \
     $([ -f /tmp/vp/mtbench_replies.json ] && echo --replies /tmp/vp/mtbench_replies.json) \
     $([ -d /tmp/vp/resume ] && echo --resume /tmp/vp/resume) \

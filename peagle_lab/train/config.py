@@ -71,7 +71,8 @@ K_MAX = 128                             # the deepest draft a setting accepts (t
 BOUNDS: dict[str, tuple] = {
     "num_layers": (1, None, False), "intermediate_size": (1, None, False), "draft_vocab_size": (1, None, False),
     "max_depth": (1, K_MAX, False), "cod_ratio": (0, 1, False), "steps": (1, None, False),
-    "batch_size": (1, None, False), "micro_batches": (1, None, False), "max_len": (2, None, False), "num_segments": (1, None, False),
+    "batch_size": (1, None, False), "micro_batches": (1, None, False), "max_len": (2, None, False),
+    "num_segments": (1, None, False),
     "lr": (0, None, True), "warmup_steps": (0, None, False), "weight_decay": (0, None, False),
     "grad_clip": (0, None, True), "checkpoint_every": (1, None, False), "seed": (0, None, False),
     "val_k": (1, K_MAX, False), "mask_token_id": (0, None, False), "hidden_noise": (0, None, False),
