@@ -66,6 +66,41 @@ def test_micro_batches_take_the_one_pass_steps(tmp_path, method, layout):
     assert any(not torch.allclose(a[k].float(), start[k].float(), atol=1e-3) for k in a)
 
 
+@pytest.mark.parametrize("method", ["peagle", "eagle"])
+def test_a_step_that_runs_out_of_memory_is_taken_again_in_more_micro_batches(tmp_path, monkeypatch, method):
+    """A GPU that cannot hold more than one conversation's pass (simulated: the loss raises torch's out-of-memory
+    error for a bigger slice) costs nothing: the step is taken again in 2, then 3 micro-batches, with a warning
+    naming the setting, and the run takes the steps of one started with micro_batches=3."""
+    from peagle_lab.train import trainer as tr
+
+    want = _trainer(tmp_path / "want", method, steps=4, layout="padded", hidden_noise=0.05, micro_batches=3)
+    want.run(progress=False)
+    real, tries = tr.LAYOUTS["padded"], []
+
+    def small_gpu(drafter, el, data, **kw):
+        tries.append(int(el.doc.max()) + 1)
+        if tries[-1] > 1:
+            raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+        return real(drafter, el, data, **kw)
+
+    monkeypatch.setitem(tr.LAYOUTS, "padded", small_gpu)
+    got = _trainer(tmp_path / "got", method, steps=4, layout="padded", hidden_noise=0.05)
+    with pytest.warns(UserWarning) as caught:
+        got.run(progress=False)
+    said = [str(w.message) for w in caught]
+    assert len(said) == 2 and "step 1 ran out of GPU memory in 1 micro-batch(es); taking it again in 2" in said[0]
+    assert "in 2 micro-batch(es); taking it again in 3" in said[1] and "--set micro_batches=3" in said[1]
+    assert got.micro_batches == 3 and [r["micro_batches"] for r in got.history] == [3, 3, 3, 3]
+    assert tries[:6] == [3, 1, 2, 1, 1, 1] and got.cfg.micro_batches == 1   # the config itself is not changed
+    assert [r["loss"] for r in got.history] == pytest.approx([r["loss"] for r in want.history], rel=1e-6)
+    a, b = want.drafter.state_dict(), got.drafter.state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    # a GPU that cannot hold even one conversation: the error is raised
+    monkeypatch.setitem(tr.LAYOUTS, "padded", lambda *a, **k: (_ for _ in ()).throw(torch.OutOfMemoryError("x")))
+    with pytest.raises(torch.OutOfMemoryError), pytest.warns(UserWarning):
+        _trainer(tmp_path / "none", method, steps=1, layout="padded").run(progress=False)
+
+
 def test_micro_batches_outside_the_batch_are_refused_naming_the_range(tmp_path):
     with pytest.raises(ValueError, match=r"micro_batches=4: .* 3 conversations .* 1 to 3 micro-batches"):
         _trainer(tmp_path, "peagle", micro_batches=4)

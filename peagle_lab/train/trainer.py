@@ -274,6 +274,7 @@ class Trainer:
         self.sched = torch.optim.lr_scheduler.LambdaLR(
             self.opt, lambda step: lr_factor(step, cfg.warmup_steps, self.total_steps))
         self.step = 0
+        self.micro_batches = cfg.micro_batches          # doubled by a step that runs out of GPU memory
         self.history: list[dict] = []
         self.order = sample_order(samples, cfg)
         # (prompt ids, greedy reply with val_k + 1 tokens to spare): see peagle_lab.train.replay.greedy_replies
@@ -293,9 +294,27 @@ class Trainer:
     def train_step(self) -> dict:
         """One optimiser step. Under torchrun each process takes every world-th conversation of the
         global batch; the loss is divided by the *global* count of supervised elements and the
-        gradients are summed across processes, so the step equals the single-process one."""
-        with sdpa_backends(self.device):
-            return self._train_step()
+        gradients are summed across processes, so the step equals the single-process one.
+
+        A step that runs out of GPU memory is taken again in twice the micro-batches (the same gradient:
+        nothing was applied yet, and each conversation's COD and noise are seeded by the step and its index),
+        and the run goes on with that many; a step that fails in one conversation a slice raises. Under
+        torchrun every process must split alike, so there the error is raised, naming the setting."""
+        while True:
+            try:
+                with sdpa_backends(self.device):
+                    return self._train_step()
+            except torch.OutOfMemoryError:
+                share = len(range(rank_and_world()[0], self.cfg.batch_size, rank_and_world()[1]))
+                if self.micro_batches >= share or rank_and_world()[1] > 1:
+                    raise
+                self.opt.zero_grad(set_to_none=True)
+                if self.device.type == "cuda":
+                    torch.cuda.empty_cache()
+                before, self.micro_batches = self.micro_batches, min(share, 2 * self.micro_batches)
+                warnings.warn(f"step {self.step + 1} ran out of GPU memory in {before} micro-batch(es); taking it "
+                              f"again in {self.micro_batches} (the same gradient, less memory). Start with "
+                              f"--set micro_batches={self.micro_batches} to skip the failed try", stacklevel=2)
 
     def _micro_batch(self, batch: list[Sample], ids: list[int], step: int) -> tuple[SeqData, Elements]:
         """The target's features (with the recipe's noise) and the COD elements of the conversations ``ids``
@@ -317,7 +336,7 @@ class Trainer:
         # micro-batches: this process's conversations in consecutive slices, each run forward and backward on
         # its own (peak memory follows the largest slice); every slice's loss is divided by the count of the
         # whole global batch, so the summed gradient is the one-pass gradient (tests/test_trainer.py)
-        m, n = cfg.micro_batches, len(global_ids)
+        m, n = self.micro_batches, len(global_ids)
         slices = [global_ids[i * n // m:(i + 1) * n // m] for i in range(m)]
         micro = [self._micro_batch(batch, ids, step) for ids in slices]
         count = sum(supervised_mask(el, data).sum() for data, el in micro).reshape(1)
@@ -351,7 +370,7 @@ class Trainer:
         self.step += 1
         row = {"step": self.step, "loss": float(parts.loss_sum) / max(count, 1),
                "elements": sum(len(el) for _, el in micro),
-               "supervised": count, "grad_norm": float(gnorm), "lr": self.sched.get_last_lr()[0],
+               "supervised": count, "grad_norm": float(gnorm), "lr": self.sched.get_last_lr()[0], "micro_batches": m,
                "acc_per_depth": (parts.correct.float() / parts.total.clamp_min(1)).tolist(),
                "seconds": time.perf_counter() - t0}
         self.history.append(row)
