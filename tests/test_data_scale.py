@@ -639,7 +639,7 @@ def test_record_keeps_an_allocation_whole_and_refuses_an_unfinished_eval(tmp_pat
     (out / "memory_plan_stream.json").write_text(json.dumps(plan))
     (out / "gpu_memory.log").write_text('{"time": "10:05:00", "used_mib": 70000, "total_mib": 81559, "by_pid": {}}\n'
                                         '{"time": "10:05:30", "used_mib": 71000, "total_mib": 81559, "by_pid": {}}\n'
-                                        '{"max_used_mib": 71000}\n')
+                                        '{"max_used_mib": 71000}\n{"time": "10:')
     rec = ds.record(out, dest, "START=1 ... bash benchmarks/gpu/data_scale.sh", None, "a test")
     assert rec["machine"] == "NVIDIA H100 80GB HBM3" and rec["memory"]["plans"] == {"stream": plan}
     assert rec["memory"]["max_used_mib"] == 71000 and len(rec["memory"]["samples"]) == 3
@@ -797,6 +797,9 @@ def test_the_memory_plan_keeps_the_h200_run_and_fits_an_80_gb_card():
         ds.memory_plan(h100, 4, trainers=True, eval_live=True, kv=14.0)
     with pytest.raises(SystemExit, match="1.5 GiB of KV cache"):
         ds.memory_plan(39.4, 4, trainers=True, eval_live=True)
+    # the trainers alone take the fewest micro-batches that fit the card; never more than the batch holds
+    assert ds.memory_plan(39.4, 0, trainers=True, eval_live=True)["micro"] == 2
+    assert ds.memory_plan(h100, 4, trainers=True, eval_live=True, batch=1)["micro"] == 1
 
 
 def test_every_process_of_the_stream_stage_gets_the_plan_the_driver_made(tmp_path, monkeypatch):
@@ -804,6 +807,7 @@ def test_every_process_of_the_stream_stage_gets_the_plan_the_driver_made(tmp_pat
     (stream-peagle, without eval) would otherwise plan without eval-live's share."""
     ds = _module()
     monkeypatch.setattr(ds, "gpu_total_gib", lambda: 81559 / 1024)
+    monkeypatch.setattr(ds, "gpu_info", lambda: ("NVIDIA H100 80GB HBM3", 81559 / 1024))
     monkeypatch.setattr(ds, "DEVICE", "cuda")
     args = SimpleNamespace(slices="0:9,0:9,0:9,0:9", stages=["stream", "eval"], batch_size=64, micro_batches=0,
                            kv_cache_gib=None)
@@ -811,3 +815,31 @@ def test_every_process_of_the_stream_stage_gets_the_plan_the_driver_made(tmp_pat
     trainer_args = SimpleNamespace(**{**vars(args), "stages": ["stream-peagle"], "micro_batches": driver["micro"]})
     assert ds.plan_for(trainer_args, "stream")["micro"] == driver["micro"] == 2
     assert ds.plan_for(args, "regen")["kv_gib"] == 16.0 and ds.plan_for(args, "train")["micro"] == 1
+    # the driver hands its plan to the processes it starts
+    started = []
+
+    class Started:
+        def __init__(self, argv, **kw):
+            started.append(argv)
+            self.pid = len(started)
+
+        def wait(self):
+            return 0
+
+    monkeypatch.setattr(ds.subprocess, "Popen", Started)
+    monkeypatch.setattr(ds, "MemorySampler", lambda path: SimpleNamespace(stop=lambda: None))
+    monkeypatch.setattr(ds.sys, "argv", ["data_scale.py", "train", "eval", "--out", str(tmp_path), "--device", "cuda",
+                                         "--slices", "0:9,0:9,0:9,0:9", "--micro-batches", "0"])
+    monkeypatch.setattr(ds, "stage_eval", lambda *a, **k: None)
+    ds.main()
+    assert [a[2] for a in started] == ["train-peagle", "train-eagle", "eval-live"]
+    assert all(a[-2:] == ["--micro-batches", "1"] for a in started)      # the trainers alone fit in one pass
+    assert json.loads((tmp_path / "memory_plan_train.json").read_text())["micro"] == 1
+    assert json.loads((tmp_path / "memory_plan_train.json").read_text())["gpu"] == "NVIDIA H100 80GB HBM3"
+    # a GPU nvidia-smi says nothing about: refused unless the sizes are given
+    monkeypatch.setattr(ds, "gpu_total_gib", lambda: None)
+    monkeypatch.setattr(ds, "gpu_info", lambda: None)
+    with pytest.raises(SystemExit, match="give --micro-batches and --kv-cache-gib"):
+        ds.plan_for(args, "stream")
+    given = SimpleNamespace(**{**vars(args), "micro_batches": 2, "kv_cache_gib": 8.0})
+    assert (ds.plan_for(given, "stream")["micro"], ds.plan_for(given, "stream")["kv_gib"]) == (2, 8.0)

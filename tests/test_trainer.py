@@ -46,14 +46,25 @@ def test_resume_after_kill_equals_uninterrupted(tmp_path, method):
 
 
 @pytest.mark.parametrize("method,layout", [("peagle", "padded"), ("peagle", "packed"), ("eagle", "padded")])
-def test_micro_batches_take_the_one_pass_steps(tmp_path, method, layout):
+def test_micro_batches_take_the_one_pass_steps(tmp_path, monkeypatch, method, layout):
     """A step's conversations run in 3 micro-batches (one conversation each, with the recipe's feature noise and
     COD) give the one-pass losses, accuracies and weights after 4 optimiser steps: each slice's loss is divided by
     the whole batch's count of supervised elements, and each conversation's noise and elements are its own."""
+    from peagle_lab.train import trainer as tr
+
+    real, passes = tr.LAYOUTS[layout], []
+
+    def counted(drafter, el, data, **kw):
+        passes.append(int(data.doc.max()) + 1)              # conversations in this pass
+        return real(drafter, el, data, **kw)
+
+    monkeypatch.setitem(tr.LAYOUTS, layout, counted)
     one = _trainer(tmp_path / "one", method, steps=4, layout=layout, hidden_noise=0.05)
     three = _trainer(tmp_path / "three", method, steps=4, layout=layout, hidden_noise=0.05, micro_batches=3)
     one.run(progress=False)
+    assert passes == [3] * 4
     three.run(progress=False)
+    assert passes == [3] * 4 + [1] * 12                     # really three passes a step
     assert [r["supervised"] for r in one.history] == [r["supervised"] for r in three.history]
     assert [r["elements"] for r in one.history] == [r["elements"] for r in three.history]
     assert [r["acc_per_depth"] for r in one.history] == [r["acc_per_depth"] for r in three.history]
@@ -80,7 +91,7 @@ def test_a_step_that_runs_out_of_memory_is_taken_again_in_more_micro_batches(tmp
     def small_gpu(drafter, el, data, **kw):
         tries.append(int(el.doc.max()) + 1)
         if tries[-1] > 1:
-            raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory (simulated)")
         return real(drafter, el, data, **kw)
 
     monkeypatch.setitem(tr.LAYOUTS, "padded", small_gpu)
@@ -96,9 +107,16 @@ def test_a_step_that_runs_out_of_memory_is_taken_again_in_more_micro_batches(tmp
     a, b = want.drafter.state_dict(), got.drafter.state_dict()
     assert all(torch.equal(a[k], b[k]) for k in a)
     # a GPU that cannot hold even one conversation: the error is raised
-    monkeypatch.setitem(tr.LAYOUTS, "padded", lambda *a, **k: (_ for _ in ()).throw(torch.OutOfMemoryError("x")))
-    with pytest.raises(torch.OutOfMemoryError), pytest.warns(UserWarning):
+    monkeypatch.setitem(tr.LAYOUTS, "padded", lambda *a, **k: (_ for _ in ()).throw(torch.cuda.OutOfMemoryError("x")))
+    with pytest.raises(torch.cuda.OutOfMemoryError), pytest.warns(UserWarning):
         _trainer(tmp_path / "none", method, steps=1, layout="padded").run(progress=False)
+    # out of memory in the optimiser's update (part of it may be applied already): raised, never taken again
+    monkeypatch.setitem(tr.LAYOUTS, "padded", real)
+    late = _trainer(tmp_path / "late", method, steps=1, layout="padded")
+    monkeypatch.setattr(late.opt, "step", lambda *a, **k: (_ for _ in ()).throw(torch.cuda.OutOfMemoryError("y")))
+    with pytest.raises(torch.cuda.OutOfMemoryError, match="y"):
+        late.train_step()
+    assert late.micro_batches == 1 and late.step == 0
 
 
 def test_micro_batches_outside_the_batch_are_refused_naming_the_range(tmp_path):

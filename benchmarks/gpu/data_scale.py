@@ -223,14 +223,25 @@ MARGIN_GIB = 2.0
 KV_MAX_GIB, KV_WANT_GIB, KV_MIN_GIB = 16.0, 8.0, 4.0    # the engines' KV cache: the H200 runs' 16 at most
 
 
+def smi(query: str) -> list[list[str]]:
+    """nvidia-smi's answer to ``--query-<query>`` for the GPU this run uses (the first of CUDA_VISIBLE_DEVICES),
+    one list of fields a row; nothing when nvidia-smi is missing or fails."""
+    gpu = (os.environ.get("CUDA_VISIBLE_DEVICES") or "0").split(",")[0].strip() or "0"
+    try:
+        got = subprocess.run(["nvidia-smi", "-i", gpu, f"--query-{query}", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    rows = [line.rsplit(",", query.count(",")) for line in got.stdout.splitlines() if line.strip()]
+    return [[x.strip() for x in row] for row in rows] if got.returncode == 0 else []
+
+
 def gpu_info() -> tuple[str, float] | None:
     """The GPU's name and memory in GiB, from nvidia-smi (no CUDA context in this process); None without one."""
     try:
-        got = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader,nounits"],
-                             capture_output=True, text=True, timeout=30)
-        name, mib = got.stdout.splitlines()[0].rsplit(",", 1)
-        return name.strip(), int(mib) / 1024
-    except (OSError, ValueError, IndexError, subprocess.TimeoutExpired):
+        (name, mib), *_ = smi("gpu=name,memory.total")
+        return name, int(mib) / 1024
+    except ValueError:                         # no row, or "[N/A]"
         return None
 
 
@@ -259,8 +270,11 @@ def memory_plan(total_gib: float, engines: int, *, trainers: bool, eval_live: bo
     def room(m: int) -> float:                # KV cache each engine can have
         return math.floor(((total_gib - beside(m) - MARGIN_GIB) / max(engines, 1) - ENGINE_GIB) * 2) / 2
 
-    choices = [micro] if micro else ([1, 2, 4] if trainers else [1])
-    m = next((c for c in choices if room(c) >= (kv or KV_WANT_GIB)), choices[-1])
+    choices = [micro] if micro else ([c for c in (1, 2, 4) if c <= batch] if trainers else [1])
+    if engines:
+        m = next((c for c in choices if room(c) >= (kv or KV_WANT_GIB)), choices[-1])
+    else:                                     # the trainers alone: the fewest micro-batches that fit
+        m = next((c for c in choices if beside(c) + MARGIN_GIB <= total_gib), choices[-1])
     got = min(KV_MAX_GIB, room(m)) if kv is None else kv
     if engines and (got < KV_MIN_GIB or room(m) < got):
         raise SystemExit(f"{total_gib:.1f} GiB of GPU memory leave each of {engines} vLLM engines "
@@ -276,9 +290,12 @@ def plan_for(args, stage: str) -> dict:
     ask, and get the same answer), ``regen`` (the engines alone) or ``train`` (the trainers alone)."""
     engines = len(args.slices.split(",")) if stage != "train" else 0
     total = gpu_total_gib() if DEVICE == "cuda" else None
+    if DEVICE == "cuda" and total is None and not (args.micro_batches and (args.kv_cache_gib or not engines)):
+        raise SystemExit("nvidia-smi did not say how much memory the GPU has: give --micro-batches and "
+                         "--kv-cache-gib (MICRO and KV_GIB in data_scale.sh; an H200 runs 1 and 16)")
     if total is None:                         # nothing to size for (a CPU dry run): the flags, or the H200's plan
         return {"total_gib": None, "engines": engines, "micro": args.micro_batches or 1,
-                "kv_gib": args.kv_cache_gib or KV_MAX_GIB, "trainers_and_eval_gib": None}
+                "kv_gib": args.kv_cache_gib or KV_MAX_GIB, "trainers_and_eval_gib": None, "gpu": None}
     plan = memory_plan(total, engines, trainers=stage != "regen",
                        eval_live=stage != "regen" and "eval" in args.stages, batch=args.batch_size,
                        micro=args.micro_batches, kv=args.kv_cache_gib)
@@ -294,26 +311,25 @@ class MemorySampler:
         import threading
 
         self.path, self.every_s, self.max_used = path, every_s, 0
+        path.unlink(missing_ok=True)          # a folder used before: this run's samples only
         self.done = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
 
-    @staticmethod
-    def query(what: str) -> list[list[str]]:
-        got = subprocess.run(["nvidia-smi", f"--query-{what}", "--format=csv,noheader,nounits"],
-                             capture_output=True, text=True, timeout=30)
-        return [[x.strip() for x in line.split(",")] for line in got.stdout.splitlines() if line.strip()]
+    def __call__(self) -> dict:
+        """One sample: ``used_mib`` and ``total_mib`` when nvidia-smi says them, each process's MiB that it says."""
+        line: dict = {"time": time.strftime("%H:%M:%S")}
+        for row in smi("gpu=memory.used,memory.total")[:1]:
+            for key, value in zip(("used_mib", "total_mib"), row):
+                if value.isdigit():
+                    line[key] = int(value)
+        line["by_pid"] = {pid: int(mib) for pid, mib in smi("compute-apps=pid,used_memory") if mib.isdigit()}
+        return line
 
     def _run(self) -> None:
         while not self.done.wait(self.every_s):
-            try:
-                used, total = (int(x) for x in self.query("gpu=memory.used,memory.total")[0])
-                apps = {pid: int(mib) for pid, mib in self.query("compute-apps=pid,used_memory")}
-            except (OSError, ValueError, IndexError, subprocess.TimeoutExpired) as e:
-                line = {"time": time.strftime("%H:%M:%S"), "error": f"{type(e).__name__}: {e}"}
-            else:
-                self.max_used = max(self.max_used, used)
-                line = {"time": time.strftime("%H:%M:%S"), "used_mib": used, "total_mib": total, "by_pid": apps}
+            line = self()
+            self.max_used = max(self.max_used, line.get("used_mib", 0))
             with open(self.path, "a") as f:
                 f.write(json.dumps(line) + "\n")
 
@@ -321,7 +337,7 @@ class MemorySampler:
         self.done.set()
         self.thread.join(timeout=60)
         with open(self.path, "a") as f:
-            f.write(json.dumps({"max_used_mib": self.max_used}) + "\n")
+            f.write(json.dumps({"max_used_mib": self.max_used or None}) + "\n")
 
 
 def stage_train(args, out: Path, method: str) -> None:
@@ -957,9 +973,14 @@ def record(out: Path, dest: Path, command: str, machine: str | None, what: str) 
     if (out / "regen_throughput.json").exists():
         result["regeneration"] = json.loads((out / "regen_throughput.json").read_text())
     if plans:
-        samples = [json.loads(x) for x in lines(out / "gpu_memory.log")]
-        result["memory"] = {"plans": plans, "max_used_mib": max((s.get("used_mib", 0) for s in samples), default=None),
-                            "samples": samples}
+        samples = []
+        for x in lines(out / "gpu_memory.log"):
+            try:
+                samples.append(json.loads(x))
+            except json.JSONDecodeError:      # the line being written when the run was packed
+                continue
+        used = [s["used_mib"] for s in samples if "used_mib" in s]
+        result["memory"] = {"plans": plans, "max_used_mib": max(used, default=None), "samples": samples}
     result["eval"] = json.loads((out / "eval.json").read_text())
     result["eval_log"] = lines(out / "eval_live.log") + driver[at_eval:]      # replayed as they landed, then the rest
     write_json(result, dest)

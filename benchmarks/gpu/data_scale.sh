@@ -16,7 +16,7 @@
 # Memory: data_scale.py sizes the run to the card (memory_plan, written to memory_plan_<stage>.json; nvidia-smi
 # samples every 30 s in gpu_memory.log): on an H200 one pass a step and 16 GiB of KV cache per engine, on an 80 GB
 # card each step in two micro-batches (the same gradient) and what is left for the engines. MICRO=N and KV_GIB=G
-# set them by hand.
+# set them by hand. The side jobs below need an H200's spare memory: on a smaller card they are skipped.
 # Side jobs on the same GPU (the regen engines have fixed KV caches, so a side job starting or stopping cannot break
 # their memory profiling), each started once by any call after the install: NB=1 runs notebooks 01-04 under
 # nbmake (21_notebooks_cuda.sh, from a copy of the tree, wheels from parts/nbwheels parked in an earlier call;
@@ -51,6 +51,11 @@ export OMP_NUM_THREADS=4 PEAGLE_FROZEN=/tmp/fz VLLM_WORKER_MULTIPROC_METHOD=spaw
 export VLLM_USE_FLASHINFER_SAMPLER=${FI_SAMPLER:-0}   # T=0.7 needs no top-p/top-k kernel: skip FlashInfer's JIT
 [ -d /tmp/shipped ] || cp -r peagle_lab/drafters /tmp/shipped      # the eval's shipped pair outlives this call's tree
 nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader
+total_mib=$(nvidia-smi -i 0 --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -n 1)
+if [ "${total_mib:-0}" -lt 100000 ] 2>/dev/null && { [ "${NB:-0}" = 1 ] || [ "${SERVE:-0}" = 1 ]; }; then
+  echo "NB/SERVE skipped: the run's memory plan leaves no room for side jobs on a ${total_mib} MiB card"
+  NB=0 SERVE=0
+fi
 if [ "${START:-0}" = 1 ] && ! pgrep -f "fz/data_scal[e]" > /dev/null && [ ! -f /tmp/dsout/started${RUN:-} ]; then
   touch /tmp/dsout/started${RUN:-}
   cp benchmarks/gpu/data_scale.py /tmp/fz/      # the driver, like the library, outlives this call's tree

@@ -13,6 +13,14 @@ from .loss import SeqData
 
 
 @torch.no_grad()
+def packed_layout(samples: list[Sample], max_len: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(tokens, supervised, doc)`` of ``samples`` packed into one sequence, each cut at ``max_len``: what
+    :func:`target_batch` returns besides the target's features, known without running the target."""
+    rows = [s.ids[:max_len] for s in samples]
+    return (torch.cat(rows), torch.cat([s.supervised[:max_len] for s in samples]),
+            torch.cat([torch.full((r.numel(),), i, dtype=torch.long) for i, r in enumerate(rows)]))
+
+
 def target_batch(target, samples: list[Sample], draft_ids: torch.Tensor, max_len: int, bf16: bool = False) -> SeqData:
     """Run the target over ``samples`` and pack them into one sequence (doc ids in ``.doc``).
 
@@ -31,7 +39,5 @@ def target_batch(target, samples: list[Sample], draft_ids: torch.Tensor, max_len
         logits = hidden @ w.T                                               # (B, N, Vd)
     aux, logits = aux.float(), logits.float()
     keep = attn.bool().to(target.device)
-    sup = torch.cat([s.supervised[:max_len] for s in samples])
-    doc = torch.cat([torch.full((r.numel(),), i, dtype=torch.long) for i, r in enumerate(rows)])
-    return SeqData(ids[attn.bool()].to(target.device), aux[keep], logits[keep], sup.to(target.device),
-                   doc.to(target.device))
+    tokens, sup, doc = packed_layout(samples, max_len)
+    return SeqData(tokens.to(target.device), aux[keep], logits[keep], sup.to(target.device), doc.to(target.device))

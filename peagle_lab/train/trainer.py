@@ -30,11 +30,15 @@ from ..materialise import FINGERPRINT_KEY, embedding_fingerprint
 from .cod import Elements, cod_sample
 from .config import TrainConfig
 from .data import Sample, data_fingerprint, target_difference, target_identity
-from .features import target_batch
+from .features import packed_layout, target_batch
 from .loss import LossParts, SeqData, padded_loss, sequence_loss, supervised_mask
 
 RESUME_MAY_CHANGE = ("steps", "checkpoint_every", "num_segments", "layout", "val_k", "micro_batches")
 LAYOUTS = {"packed": sequence_loss, "padded": padded_loss}  # padded: per method
+
+
+class _PassesOutOfMemory(RuntimeError):
+    """A step's target and drafter passes ran out of GPU memory before anything was applied (its cause)."""
 
 
 class ResumeMismatch(ValueError):
@@ -234,8 +238,7 @@ class Trainer:
             raise ValueError("no training samples; regenerate data first")
         if cfg.layout not in LAYOUTS:
             raise ValueError(f"unknown layout {cfg.layout!r}; use one of {', '.join(LAYOUTS)}")
-        rank, world = rank_and_world()
-        share = len(range(rank, cfg.batch_size, world))
+        share = cfg.batch_size // rank_and_world()[1]   # the smallest share of a process: every rank checks alike
         if not 1 <= cfg.micro_batches <= share:
             raise ValueError(f"micro_batches={cfg.micro_batches}: each optimiser step's {share} conversations "
                              f"(of batch_size={cfg.batch_size}) split into 1 to {share} micro-batches; "
@@ -296,36 +299,43 @@ class Trainer:
         global batch; the loss is divided by the *global* count of supervised elements and the
         gradients are summed across processes, so the step equals the single-process one.
 
-        A step that runs out of GPU memory is taken again in twice the micro-batches (the same gradient:
+        A step whose passes run out of GPU memory is taken again in twice the micro-batches (the same gradient:
         nothing was applied yet, and each conversation's COD and noise are seeded by the step and its index),
-        and the run goes on with that many; a step that fails in one conversation a slice raises. Under
-        torchrun every process must split alike, so there the error is raised, naming the setting."""
+        and the run goes on with that many. Out of memory in one conversation a slice, in the optimiser's update,
+        or under torchrun (where every process must split alike) is raised."""
         while True:
             try:
                 with sdpa_backends(self.device):
                     return self._train_step()
-            except torch.OutOfMemoryError:
-                share = len(range(rank_and_world()[0], self.cfg.batch_size, rank_and_world()[1]))
+            except _PassesOutOfMemory as e:
+                share = self.cfg.batch_size // rank_and_world()[1]
                 if self.micro_batches >= share or rank_and_world()[1] > 1:
-                    raise
-                self.opt.zero_grad(set_to_none=True)
-                if self.device.type == "cuda":
-                    torch.cuda.empty_cache()
-                before, self.micro_batches = self.micro_batches, min(share, 2 * self.micro_batches)
-                warnings.warn(f"step {self.step + 1} ran out of GPU memory in {before} micro-batch(es); taking it "
-                              f"again in {self.micro_batches} (the same gradient, less memory). Start with "
-                              f"--set micro_batches={self.micro_batches} to skip the failed try", stacklevel=2)
+                    raise e.__cause__ from None
+            self.opt.zero_grad(set_to_none=True)        # outside the handler: the failed try's tensors are gone
+            if self.device.type == "cuda":
+                torch.cuda.empty_cache()
+            before, self.micro_batches = self.micro_batches, min(share, 2 * self.micro_batches)
+            warnings.warn(f"step {self.step + 1} ran out of GPU memory in {before} micro-batch(es); taking it "
+                          f"again in {self.micro_batches} (the same gradient, less memory). Start with "
+                          f"--set micro_batches={self.micro_batches} to skip the failed try", stacklevel=2)
 
-    def _micro_batch(self, batch: list[Sample], ids: list[int], step: int) -> tuple[SeqData, Elements]:
-        """The target's features (with the recipe's noise) and the COD elements of the conversations ``ids``
-        (indices in the global batch): each conversation's share depends on its index alone, not on which
-        process or micro-batch packs it."""
+    def _elements(self, batch: list[Sample], ids: list[int], step: int) -> tuple[Elements, int]:
+        """The COD elements of the conversations ``ids`` (indices in the global batch) and how many of them are
+        supervised, from the tokens alone (no target pass): each conversation's elements depend on its index,
+        not on which process or micro-batch packs it."""
+        tokens, supervised, doc = packed_layout([batch[i] for i in ids], self.cfg.max_len)
+        layout = SeqData(tokens, torch.empty(0), torch.empty(0), supervised, doc)
+        el = cod_for_conversations(layout, self.cfg, step, ids)
+        return Elements(el.anchor.to(self.device), el.depth.to(self.device), el.doc.to(self.device)), \
+            int(supervised_mask(el, layout).sum())
+
+    def _features(self, batch: list[Sample], ids: list[int], step: int) -> SeqData:
+        """The target's features of the conversations ``ids``, with the recipe's noise (seeded per conversation)."""
         cfg = self.cfg
         data = target_batch(self.target, [batch[i] for i in ids], self.draft_ids, cfg.max_len, bf16=cfg.target_bf16)
         if cfg.hidden_noise > 0:
             data = with_feature_noise(data, cfg.hidden_noise, seed=cfg.seed * 1_000_003 + step, global_ids=ids)
-        el = cod_for_conversations(data, cfg, step, ids)
-        return data, Elements(el.anchor.to(self.device), el.depth.to(self.device), el.doc.to(self.device))
+        return data
 
     def _train_step(self) -> dict:
         cfg, step = self.cfg, self.step
@@ -333,29 +343,35 @@ class Trainer:
         t0 = time.perf_counter()
         global_ids = list(range(rank, cfg.batch_size, world))
         batch = self.batch_for(step)
-        # micro-batches: this process's conversations in consecutive slices, each run forward and backward on
-        # its own (peak memory follows the largest slice); every slice's loss is divided by the count of the
-        # whole global batch, so the summed gradient is the one-pass gradient (tests/test_trainer.py)
+        # micro-batches: this process's conversations in consecutive slices, each through the target and the
+        # drafter forward and backward on its own (peak memory follows the largest slice); every slice's loss is
+        # divided by the count of the whole global batch, so the summed gradient is the one-pass gradient
+        # (tests/test_trainer.py)
         m, n = self.micro_batches, len(global_ids)
         slices = [global_ids[i * n // m:(i + 1) * n // m] for i in range(m)]
-        micro = [self._micro_batch(batch, ids, step) for ids in slices]
-        count = sum(supervised_mask(el, data).sum() for data, el in micro).reshape(1)
+        elements = [self._elements(batch, ids, step) for ids in slices]
+        count = torch.tensor([sum(c for _, c in elements)], device=self.device)
         if world > 1:                                   # on the run's device: NCCL reduces CUDA tensors only
             dist.all_reduce(count)
         count = int(count)
         self.opt.zero_grad(set_to_none=True)
         use_amp = cfg.amp_bf16 and self.device.type == "cuda"
         parts: LossParts | None = None
-        for data, el in micro:
-            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=use_amp):
-                # Both layouts give the same loss and gradient (tests/test_partition.py). Packed: one pass,
-                # (sum E_i)^2 attention, with P-EAGLE's mask as a sparse flex-attention BlockMask on CUDA
-                # ("auto"), optionally in num_segments partitions. Padded: B * E_max^2 in one pass (EAGLE-3:
-                # one pass per depth, rows per conversation); it ignores num_segments.
-                got = LAYOUTS[cfg.layout](self.drafter, el, data, method=cfg.method, max_depth=cfg.max_depth,
-                                          num_segments=cfg.num_segments, normalizer=max(count, 1), backward=True,
-                                          attention="auto")
-            parts = got if parts is None else parts + got
+        try:
+            for ids, (el, _) in zip(slices, elements):
+                data = self._features(batch, ids, step)
+                with torch.autocast("cuda", dtype=torch.bfloat16, enabled=use_amp):
+                    # Both layouts give the same loss and gradient (tests/test_partition.py). Packed: one pass,
+                    # (sum E_i)^2 attention, with P-EAGLE's mask as a sparse flex-attention BlockMask on CUDA
+                    # ("auto"), optionally in num_segments partitions. Padded: B * E_max^2 in one pass (EAGLE-3:
+                    # one pass per depth, rows per conversation); it ignores num_segments.
+                    got = LAYOUTS[cfg.layout](self.drafter, el, data, method=cfg.method, max_depth=cfg.max_depth,
+                                              num_segments=cfg.num_segments, normalizer=max(count, 1),
+                                              backward=True, attention="auto")
+                parts = got if parts is None else parts + got
+                del data, got
+        except torch.cuda.OutOfMemoryError as e:        # nothing applied yet: train_step may take it again
+            raise _PassesOutOfMemory() from e
         if world > 1:
             all_reduce_grads(self.drafter.parameters())
             stats = torch.cat([parts.loss_sum.detach().float().reshape(1).to(self.device),
@@ -369,7 +385,7 @@ class Trainer:
         self.sched.step()
         self.step += 1
         row = {"step": self.step, "loss": float(parts.loss_sum) / max(count, 1),
-               "elements": sum(len(el) for _, el in micro),
+               "elements": sum(len(el) for el, _ in elements),
                "supervised": count, "grad_norm": float(gnorm), "lr": self.sched.get_last_lr()[0], "micro_batches": m,
                "acc_per_depth": (parts.correct.float() / parts.total.clamp_min(1)).tolist(),
                "seconds": time.perf_counter() - t0}
