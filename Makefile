@@ -13,7 +13,7 @@ setup:
 test: setup
 	$(PY) -m pytest -q $(PYTEST_ARGS) tests
 	$(PY) -m pytest -q -p no:cacheprovider --doctest-modules peagle_lab --ignore=peagle_lab/__main__.py
-	PEAGLE_SMOKE=1 $(PY) -m pytest -q -p no:cacheprovider --nbmake --nbmake-timeout=$(NBMAKE_TIMEOUT) --nbmake-kernel=peagle-lab notebooks
+	PEAGLE_SMOKE=1 PEAGLE_SOLUTIONS=1 $(PY) -m pytest -q -p no:cacheprovider --nbmake --nbmake-timeout=$(NBMAKE_TIMEOUT) --nbmake-kernel=peagle-lab notebooks
 
 # The development loop: the unit tests without real vLLM servers, the browser, the fresh-venv install, torch.compile
 # and torchrun runs (markers vllm, browser, slow), in under 5 minutes on a 2-core CPU. `make test` (CI) runs them all.

@@ -13,10 +13,12 @@ their inputs, concatenated into one ``(B, T, 3H)`` tensor.
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers.utils import logging as hf_logging
 
 from . import kvcache
 from .assets import resolve_target
@@ -39,6 +41,19 @@ def eos_token_ids(*sources) -> tuple[int, ...]:
         elif isinstance(value, (list, tuple)):
             ids.update(int(v) for v in value)
     return tuple(sorted(ids))
+
+
+@contextmanager
+def _quiet_loading():
+    """transformers' "Loading weights" bar off while a target loads (in a notebook it stays behind as a 0% line),
+    and back as it was afterwards."""
+    was_on = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_on:
+            hf_logging.enable_progress_bar()
 
 
 @dataclass
@@ -88,7 +103,8 @@ class Target:
         ``dtype``: the weights' dtype (float32 on CPUs without native bf16; bf16 halves a GPU's weight reads)."""
         path = resolve_target(name_or_path)
         tokenizer = AutoTokenizer.from_pretrained(path)
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(resolve_device(device))
+        with _quiet_loading():
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(resolve_device(device))
         return cls(model, tokenizer, aux_layer_ids)
 
     @property

@@ -139,7 +139,7 @@ def test_a_pass_says_when_the_reference_solution_was_filled_in(monkeypatch, caps
     assert ex.check_verify_greedy(SOL["01"].my_verify_greedy)
     assert "(reference solution filled in)" in capsys.readouterr().out
     monkeypatch.setenv("PEAGLE_SOLUTIONS", "0")
-    monkeypatch.setenv("PEAGLE_SMOKE", "0")
+    monkeypatch.setenv("PEAGLE_SMOKE", "1")            # the small settings alone never swap a learner's code
     assert ex.check_verify_greedy(SOL["01"].my_verify_greedy)
     out = capsys.readouterr().out
     assert "matches the library" in out and "filled in" not in out
@@ -151,7 +151,7 @@ def test_solution_if_asked(monkeypatch):
         raise NotImplementedError
     assert ex.solution_if_asked("01", my_verify_greedy) is not my_verify_greedy
     monkeypatch.setenv("PEAGLE_SOLUTIONS", "0")
-    monkeypatch.setenv("PEAGLE_SMOKE", "0")
+    monkeypatch.setenv("PEAGLE_SMOKE", "1")            # the small settings alone never swap a learner's code
     assert ex.solution_if_asked("01", my_verify_greedy) is my_verify_greedy
 
 

@@ -19,7 +19,7 @@ NBW=$(cd "$NBW" && pwd)
 export PYTHONPATH="$PWD:$NBW/sharegpt_stub"
 # Notebook parameters (peagle_lab/params.py: PEAGLE_<NAME> over the parameters cell, PEAGLE_SMOKE=1 = CI sizes).
 # CI has no GPU, so its smoke sizes leave 02's live CUDA benchmark (gpu_ks x gpu_num_prompts x gpu_tokens) full size.
-export PEAGLE_SMOKE=1 PEAGLE_DEVICE=cuda
+export PEAGLE_SMOKE=1 PEAGLE_SOLUTIONS=1 PEAGLE_DEVICE=cuda
 export PEAGLE_GPU_NUM_PROMPTS=${PEAGLE_GPU_NUM_PROMPTS:-4} PEAGLE_GPU_TOKENS=${PEAGLE_GPU_TOKENS:-128}
 LOG="$OUT/notebooks_cuda_h200.log"
 
