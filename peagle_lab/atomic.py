@@ -55,16 +55,35 @@ def written_by_us(path: str | os.PathLike) -> bool:
     return (Path(path) / MARKER).is_file()
 
 
-def check_replaceable(path: str | os.PathLike, overwrite: bool = False, flag: str | None = "--overwrite") -> None:
+def _kind(note: str | None) -> str:
+    """What kind of folder a marker's note describes: "drafter checkpoint", "materialised", "export"."""
+    return (note or "export").split(" from ")[0]
+
+
+def written_as(path: str | os.PathLike) -> str | None:
+    """The kind of folder :func:`atomic_dir` wrote at ``path`` (:func:`_kind` of its marker's note), or None."""
+    try:
+        return _kind(json.loads((Path(path) / MARKER).read_text()).get("what"))
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def check_replaceable(path: str | os.PathLike, overwrite: bool = False, flag: str | None = "--overwrite",
+                      note: str | None = None) -> None:
     """Refuse (:class:`DestinationInUse`) a destination whose contents would be lost: one that exists and is
-    neither an empty folder nor a folder peagle-lab wrote. ``overwrite=True`` allows it; ``flag`` is how the
-    caller's user says so (named in the message; None: there is no such flag, the user moves it away)."""
+    neither an empty folder nor a folder peagle-lab wrote of the same kind as ``note`` (a drafter export replaces
+    a drafter, never a converted target). ``overwrite=True`` allows it; ``flag`` is how the caller's user says so
+    (named in the message; None: there is no such flag, the user moves it away)."""
     path = Path(path)
     if overwrite or not (path.exists() or path.is_symlink()):
         return
-    if path.is_dir() and not path.is_symlink() and (written_by_us(path) or not any(path.iterdir())):
+    ours = path.is_dir() and not path.is_symlink() and written_by_us(path)
+    if path.is_dir() and not path.is_symlink() and (not any(path.iterdir()) or
+                                                    (ours and (note is None or written_as(path) == _kind(note)))):
         return
-    what = "a file" if not path.is_dir() else "a folder peagle-lab did not write (no " + MARKER + ")"
+    what = ("a file" if not path.is_dir() else
+            f"a {written_as(path) or 'folder'} peagle-lab wrote, not a {_kind(note)}" if ours else
+            "a folder peagle-lab did not write (no " + MARKER + ")")
     fix = f"pass {flag} to replace it" if flag else "move it away first"
     raise DestinationInUse(f"{path} exists and is {what}; writing there would delete it. Choose a new or empty "
                            f"folder, or {fix}")
@@ -122,13 +141,13 @@ def atomic_dir(path: str | os.PathLike, *, overwrite: bool = False, flag: str | 
     ``overwrite=True``; otherwise :class:`DestinationInUse` is raised (before anything is written, and
     again just before the swap) and nothing changes."""
     path = Path(path)
-    check_replaceable(path, overwrite, flag)
+    check_replaceable(path, overwrite, flag, note)
     tmp = Path(tempfile.mkdtemp(prefix=path.name + ".tmp-", dir=path.parent))
     try:
         yield tmp
         (tmp / MARKER).write_text(_marker_text(note))
         publishable(tmp)
-        check_replaceable(path, overwrite, flag)   # someone may have filled it while we wrote
+        check_replaceable(path, overwrite, flag, note)   # someone may have filled it while we wrote
         _swap_in(tmp, path)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

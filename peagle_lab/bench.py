@@ -403,8 +403,14 @@ def floors(target: Target, drafters: dict, config: FastConfig, k: int = 1,
 
 
 def write_json(result: dict, path: str | None) -> None:
+    """Print the result, then write it to ``path`` (whole or not at all): a file that cannot be written never
+    costs the result of a long run, which is on stdout already."""
+    from .atomic import atomic_file
+
     text = json.dumps(result, indent=2)
+    print(text, flush=True)
     if path:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
-        Path(path).write_text(text + "\n")
-    print(text)
+        with atomic_file(path) as tmp:
+            tmp.write_text(text + "\n")
+            tmp.chmod(0o644)                 # readable like any file written the plain way

@@ -92,6 +92,9 @@ def speculators_config_dict(drafter: Eagle3Drafter, verifier_name: str, verifier
     return out
 
 
+DRAFTER_NOTE = "drafter checkpoint"     # the marker note of every drafter folder (atomic.check_replaceable)
+
+
 def save_drafter(drafter: Eagle3Drafter, path: str | os.PathLike, dtype: torch.dtype = torch.float32,
                  extra_files: dict[str, str] | None = None, config: dict | None = None, *,
                  overwrite: bool = False, flag: str = "overwrite=True") -> Path:
@@ -111,7 +114,7 @@ def save_drafter(drafter: Eagle3Drafter, path: str | os.PathLike, dtype: torch.d
         else:
             tensors[name] = value.detach().to(dtype).contiguous()
     dtype_name = str(dtype).removeprefix("torch.")
-    with atomic_dir(path, overwrite=overwrite, flag=flag, note="drafter checkpoint") as tmp:
+    with atomic_dir(path, overwrite=overwrite, flag=flag, note=DRAFTER_NOTE) as tmp:
         save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
         config = config if config is not None else vllm_config_dict(drafter.cfg, dtype_name)
         (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")

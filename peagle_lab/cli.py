@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import shlex
 import sys
 import time
@@ -72,6 +73,7 @@ _ints = _int_list(1)                          # draft lengths, batch sizes, conc
 _draft_lengths = _int_list(1, K_MAX)
 _positive = _int_range(1)
 _count = _int_range(0)                        # a count that may be zero
+_seed = _int_range(0, 2**63 - 1)              # what torch's generators take
 _draft_length = _int_range(1, K_MAX)
 _fraction = _float_range(0, 1, lo_open=True)  # (0, 1]: top-p, a share of memory
 _non_negative = _float_range(0)
@@ -95,7 +97,19 @@ def _add_drafter_arg(s: argparse.ArgumentParser, where: str = "a folder") -> Non
 
 
 def _methods(text: str) -> list[str]:
-    return [x.strip() for x in text.split(",") if x.strip()]
+    """Comma-separated methods, each once, at least one (argparse ``type``)."""
+    methods = list(dict.fromkeys(x.strip() for x in text.split(",") if x.strip()))
+    if not methods:
+        raise argparse.ArgumentTypeError(f"expected comma-separated methods like ar,eagle,peagle, got {text!r}")
+    return methods
+
+
+def _device(text: str) -> str:
+    """An argparse ``type`` for ``--device``: auto, cpu, cuda or cuda:N."""
+    value = text.strip().lower()
+    if value in ("auto", "cpu", "cuda") or (value.startswith("cuda:") and value[5:].isdigit()):
+        return value
+    raise argparse.ArgumentTypeError(f"expected auto, cpu, cuda or cuda:N, got {text!r}")
 
 
 def cmd_info(args) -> int:
@@ -248,26 +262,31 @@ def _regenerate_engine(args, batch_size: int):
 
 
 def _regenerate(args) -> int:
-    from .prompts import load_prompts
+    from .prompts import load_conversations, load_prompts
     from .train.data import regenerate, regenerate_conversations
 
+    if args.all_turns:                                   # every human turn, answered turn by turn
+        every = load_conversations(args.prompts)
+        asks = every[args.skip_prompts: args.skip_prompts + args.num_prompts]
+    else:
+        every = load_prompts(args.prompts, args.num_prompts + args.skip_prompts)
+        asks = every[args.skip_prompts:]
+    if not asks:                                         # before any model loads
+        raise ValueError(f"--skip-prompts {args.skip_prompts} skips all {len(every)} "
+                         f"{'conversations' if args.all_turns else 'prompts'} of {args.prompts}; skip fewer")
     batch_size = args.batch_size or REGENERATE_BATCH[args.engine]
     target, engine = _regenerate_engine(args, batch_size)
     about = {"prompts": str(args.prompts), "num_prompts": args.num_prompts, "skip_prompts": args.skip_prompts}
     common = dict(max_new_tokens=args.max_new_tokens, batch_size=batch_size, shard_size=args.shard_size,
                   temperature=args.temperature, seed=args.seed, about=about, engine=engine)
     try:
-        if args.all_turns:                               # every human turn, answered turn by turn
-            from .prompts import load_conversations
-
-            convs = load_conversations(args.prompts)[args.skip_prompts: args.skip_prompts + args.num_prompts]
-            paths = regenerate_conversations(target, convs, args.out, max_context_tokens=args.max_prompt_tokens,
+        if args.all_turns:
+            paths = regenerate_conversations(target, asks, args.out, max_context_tokens=args.max_prompt_tokens,
                                              **common)
-            summary = {"out": args.out, "shards": len(paths), "conversations": len(convs)}
+            summary = {"out": args.out, "shards": len(paths), "conversations": len(asks)}
         else:
-            prompts = load_prompts(args.prompts, args.num_prompts + args.skip_prompts)[args.skip_prompts:]
-            paths = regenerate(target, prompts, args.out, max_prompt_tokens=args.max_prompt_tokens, **common)
-            summary = {"out": args.out, "shards": len(paths), "prompts": len(prompts)}
+            paths = regenerate(target, asks, args.out, max_prompt_tokens=args.max_prompt_tokens, **common)
+            summary = {"out": args.out, "shards": len(paths), "prompts": len(asks)}
     finally:
         engine.close()
     if engine.seconds:                                   # 0 when every shard was there already
@@ -312,14 +331,17 @@ def cmd_train(args) -> int:
 
 def cmd_export_speculators(args) -> int:
     from .checkpoint import export_speculators, load_drafter
+    from .compat import check_compatible
     from .target import Target
 
     from .atomic import DestinationInUse, check_replaceable
+    from .checkpoint import DRAFTER_NOTE
 
     try:
-        check_replaceable(args.out, args.overwrite)       # before loading anything: a user's folder stays
+        check_replaceable(args.out, args.overwrite, note=DRAFTER_NOTE)   # before loading: a user's folder stays
         target = Target.load(args.target)
         drafter = load_drafter(args.drafter, target)
+        check_compatible(drafter, target, args.k if drafter.cfg.parallel_drafting else None)   # vLLM would too
         arch = list(getattr(target.config, "architectures", None) or [type(target.model).__name__])
         path = export_speculators(drafter, args.out, verifier_name=args.verifier or target.name,
                                   verifier_architectures=arch, k=args.k, overwrite=args.overwrite, flag="--overwrite")
@@ -431,15 +453,17 @@ def cmd_eval(args) -> int:
             cats = ", ".join(f"{c} {al:.2f}" for c, al in r["acceptance_length_by_category"].items())
             print(f"{name} by category: {cats}")
     if args.json:
-        from pathlib import Path
+        from .atomic import atomic_file
 
-        Path(args.json).write_text(json.dumps({
-            "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-            "command": "peagle-lab " + " ".join(args.argv),
-            "settings": {"k": args.k, "prompts": args.prompts, "num_prompts": len(prompts), "spread": args.spread,
-                         "max_new_tokens": args.max_new_tokens, "replies_seconds": round(replies_s, 1),
-                         "stop_at_eos": True},
-            "drafters": specs, "results": results}, indent=1))
+        with atomic_file(args.json) as tmp:
+            tmp.chmod(0o644)
+            tmp.write_text(json.dumps({
+                "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+                "command": "peagle-lab " + " ".join(args.argv),
+                "settings": {"k": args.k, "prompts": args.prompts, "num_prompts": len(prompts), "spread": args.spread,
+                             "max_new_tokens": args.max_new_tokens, "replies_seconds": round(replies_s, 1),
+                             "stop_at_eos": True},
+                "drafters": specs, "results": results}, indent=1))
     return 0
 
 
@@ -469,9 +493,9 @@ def add_generate_parser(sub) -> None:
     s.add_argument("--max-new-tokens", type=_positive, default=128)
     s.add_argument("--temperature", type=_non_negative, default=0.0, help="0 = greedy")
     s.add_argument("--top-p", type=_fraction, default=1.0, help="nucleus sampling mass, in (0, 1] (1 = off)")
-    s.add_argument("--seed", type=_count, default=0)
+    s.add_argument("--seed", type=_seed, default=0)
     s.add_argument("--target", default=None, help="HF model id or folder (default: embedded SmolLM2-135M-Instruct)")
-    s.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda")
+    s.add_argument("--device", type=_device, default="auto", help="auto (CUDA when present), cpu or cuda")
     s.set_defaults(fn=cmd_generate)
 
 
@@ -484,10 +508,10 @@ def add_bench_parser(sub) -> None:
     s.add_argument("--temperature", type=_non_negative, default=0.0)
     _add_drafter_arg(s)
     s.add_argument("--target", default=None)
-    s.add_argument("--seed", type=_count, default=0)
+    s.add_argument("--seed", type=_seed, default=0)
     s.add_argument("--batch-size", type=_ints, default=[1],
                    help="requests decoded together (greedy only), e.g. 1,4; tokens/s counts all of them")
-    s.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda")
+    s.add_argument("--device", type=_device, default="auto", help="auto (CUDA when present), cpu or cuda")
     s.add_argument("--engine", default="auto", choices=["auto", "teaching", "fast"],
                    help="auto: fast (static caches, CUDA graphs) on CUDA, teaching on CPU; fast is greedy, batch 1")
     s.add_argument("--compile", nargs="?", const=True, default=False, metavar="MODE",
@@ -535,7 +559,7 @@ def add_vllm_bench_parser(sub) -> None:
     s.add_argument("--dry-run", action="store_true",
                    help="print the vLLM server command of every configuration (port 8000) and exit; starts nothing")
     s.add_argument("--logs", default=None, help="folder for server logs and vLLM bench results (default: a temp dir)")
-    s.add_argument("--seed", type=_count, default=0)
+    s.add_argument("--seed", type=_seed, default=0)
     s.add_argument("--json", default=None, help="also write the result to this file")
     s.set_defaults(fn=cmd_vllm_bench)
 
@@ -567,9 +591,9 @@ def add_regenerate_parser(sub) -> None:
                         "so engines (or other GPU jobs) may start side by side on one GPU")
     s.add_argument("--shard-size", type=_positive, default=256)
     s.add_argument("--temperature", type=_non_negative, default=0.0)
-    s.add_argument("--seed", type=_count, default=0)
+    s.add_argument("--seed", type=_seed, default=0)
     s.add_argument("--target", default=None)
-    s.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda")
+    s.add_argument("--device", type=_device, default="auto", help="auto (CUDA when present), cpu or cuda")
     s.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
                    help="the target's weights while it writes the replies (default float32; bfloat16 is faster on "
                         "a GPU, emulated and slower on CPUs without native bf16)")
@@ -603,7 +627,7 @@ def add_train_parser(sub) -> None:
     s.add_argument("--overwrite", action="store_true",
                    help="let --export replace a folder peagle-lab did not write (its files are deleted)")
     s.add_argument("--target", default=None, help="HF model id or folder (default: embedded SmolLM2-135M-Instruct)")
-    s.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda")
+    s.add_argument("--device", type=_device, default="auto", help="auto (CUDA when present), cpu or cuda")
     s.add_argument("--steps", type=_positive, default=None,
                    help=f"optimiser steps (default: the preset's, else {D.steps})")
     s.add_argument("--batch-size", type=_positive, default=None,
@@ -641,7 +665,8 @@ def add_check_parser(sub) -> None:
     s.add_argument("--target", default=None)
     s.add_argument("--k", type=_draft_length, default=None,
                    help="K of the acceptance probe (default: the trained depth of a P-EAGLE drafter, else 3)")
-    s.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda: where the probe runs")
+    s.add_argument("--device", type=_device, default="auto",
+                   help="auto (CUDA when present), cpu or cuda: where the probe runs")
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_check)
 
@@ -662,7 +687,7 @@ def add_eval_parser(sub) -> None:
     _add_prompt_args(s, num_prompts=80, num_help="prompts to score (default 80: all of MT-Bench)")
     s.add_argument("--k", type=_draft_length, default=7, help="draft tokens per step")
     s.add_argument("--target", default=None)
-    s.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda")
+    s.add_argument("--device", type=_device, default="auto", help="auto (CUDA when present), cpu or cuda")
     s.add_argument("--json", default=None, help="also write the results to this file")
     s.set_defaults(fn=cmd_eval)
 
@@ -764,11 +789,17 @@ def check_args(parser: argparse.ArgumentParser, args) -> None:
     subs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     p = subs.choices[args.command]
     _shipped_names(args)
+    if args.command == "generate" and args.method == "ar" and args.drafter:
+        p.error("--drafter is for --method eagle or peagle (plain decoding drafts nothing): add the method it drafts "
+                "for, e.g. --method peagle")
     if args.command == "generate" and args.method != "ar" and not args.drafter and args.target is not None:
         p.error(f"--method {args.method} with --target {args.target} needs --drafter FOLDER (a drafter trained for "
                 "that target; the shipped ones fit only the embedded SmolLM2-135M-Instruct; or use --method ar)")
     if args.command == "regenerate":
         _check_regenerate_engine(p, args)
+        if args.all_turns and str(args.prompts).lower() in ("mt-bench", "humaneval"):
+            p.error(f"--all-turns --prompts {args.prompts}: conversations come from sharegpt or a .jsonl file with "
+                    "\"turns\" (MT-Bench and HumanEval are held out: every drafter is scored on them)")
     methods = [m for m, _ in args.drafter] if args.command in ("bench", "vllm-bench") else []
     for method in {m for m in methods if methods.count(m) > 1}:
         p.error(f"--drafter {method}=... is given twice; one drafter per method")
@@ -776,9 +807,23 @@ def check_args(parser: argparse.ArgumentParser, args) -> None:
         _check_train(p, args)
     if args.command == "eval":
         try:
-            _drafter_specs(args.drafters)
+            specs = _drafter_specs(args.drafters)
         except ValueError as err:
             p.error(str(err))
+        from pathlib import Path
+
+        from .check import folder_problems
+
+        for name, folder in specs.items():       # the weights load_drafter reads: all there, and intact?
+            fault = _folder_fault(folder) or next(iter(folder_problems(Path(folder).expanduser())), None)
+            if fault:
+                p.error(f"drafter {name}: {fault}")
+    device = getattr(args, "device", None)
+    if args.command != "vllm-bench" and device and device.startswith("cuda"):   # vllm-bench may print a GPU's plan
+        import torch
+
+        if not torch.cuda.is_available():
+            p.error(f"--device {device}: torch sees no CUDA GPU here (use --device cpu, or auto)")
     _check_paths(p, args)
     _check_outputs(p, args)
 
@@ -807,14 +852,46 @@ def _holds(outer: str, inner: str) -> bool:
 
 
 def _check_outputs(p: argparse.ArgumentParser, args) -> None:
-    """An export never replaces what its own command reads or keeps (the drafter it converts, the run folder with
-    checkpoint.pt), even one peagle-lab wrote, unless --overwrite says so (exit 2, before any model loads)."""
-    if args.command == "export-speculators" and not args.overwrite and _holds(args.out, args.drafter):
-        p.error(f"out {args.out} is (or holds) the drafter folder {args.drafter} it converts: writing there would "
-                "delete that drafter. Choose a new or empty folder, or pass --overwrite to replace it")
-    if args.command == "train" and args.export and not args.overwrite and _holds(args.export, args.out):
-        p.error(f"--export {args.export} is (or holds) the run folder --out {args.out}: writing there would delete "
-                "its checkpoint.pt. Choose another --export (default OUT/drafter), or pass --overwrite to replace it")
+    """An export never replaces what its own command reads or keeps (the drafter it converts or starts from, the
+    target, the data, the run folder with checkpoint.pt), even one peagle-lab wrote, unless --overwrite says so;
+    outputs are writable places (exit 2, before any model loads)."""
+    from pathlib import Path
+
+    read = {"export-speculators": [("the drafter folder", args.drafter if args.command == "export-speculators"
+                                    else None), ("--target", getattr(args, "target", None))],
+            "train": [("the run folder (with its checkpoint.pt) --out", getattr(args, "out", None)),
+                      ("--init-from", getattr(args, "init_from", None)), ("--data", getattr(args, "data", None))]
+            }.get(args.command, [])
+    out_flag, out = {"export-speculators": ("out", getattr(args, "out", None)),
+                     "train": ("--export", getattr(args, "export", None))}.get(args.command, (None, None))
+    for what, folder in read:
+        exists = Path(folder).expanduser().exists() if folder else False      # a hub id (--target) is no folder
+        if out and folder and not getattr(args, "overwrite", False) and (exists or what.startswith("the run")) \
+                and _holds(out, folder):
+            p.error(f"{out_flag} {out} is (or holds) {what} {folder}, which this command reads: writing there would "
+                    "delete it. Choose a new or empty folder, or pass --overwrite to replace it")
+    folders = [("--out", getattr(args, "out", None)), ("--export", getattr(args, "export", None)),
+               ("--logs", getattr(args, "logs", None))]
+    files = [("--json", args.json if isinstance(getattr(args, "json", None), str) else None)]
+    for flag, value in folders + files:
+        if not value:
+            continue
+        path = Path(value).expanduser()
+        if (flag, value) in folders and path.exists() and not path.is_dir():
+            p.error(f"{flag} {value} is a file; give a folder (new, empty, or one peagle-lab wrote)")
+        if (flag, value) in files and path.is_dir():
+            p.error(f"{flag} {value} is a folder; give a file name, like {Path(value) / 'result.json'}")
+        parent = next((a for a in path.absolute().parents if a.exists()), None)
+        if parent is None or not parent.is_dir() or not os.access(parent, os.W_OK):
+            p.error(f"{flag} {value}: {parent or path} is not a folder this user can write in")
+    if args.command == "vllm-bench" and args.logs and args.prompts:
+        from .prompts import _set_path
+
+        name, prompts = _set_path(args.prompts)
+        ours = (Path(args.logs).expanduser() / "prompts.jsonl").resolve()      # what the sweep writes there
+        if name is None and prompts.expanduser().resolve() == ours:
+            p.error(f"--prompts {args.prompts} is where the sweep writes its own prompts.jsonl in --logs "
+                    f"{args.logs}; keep your prompt file elsewhere or choose another --logs")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -847,6 +924,14 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"peagle-lab {args.command}: {' '.join(str(err).split())}", file=sys.stderr)
         raise SystemExit(2) from None
+    except KeyboardInterrupt:
+        if os.environ.get("PEAGLE_TRACEBACK"):
+            raise
+        kept = {"train": "the last checkpoint.pt is kept (a save is atomic); rerun the same command to resume from it",
+                "regenerate": "every whole shard is kept; rerun the same command to write only what is missing"}
+        print(f"\npeagle-lab {args.command}: interrupted. " + kept.get(args.command, "Nothing was half-written."),
+              file=sys.stderr)
+        raise SystemExit(130) from None
 
 
 if __name__ == "__main__":

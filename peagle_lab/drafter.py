@@ -62,6 +62,9 @@ class DrafterConfig:
         heads = int(c.num_attention_heads)
         if parallel_drafting and mask_token_id is None:
             mask_token_id = default_mask_token_id(target)
+        if mask_token_id is not None and not 0 <= int(mask_token_id) < target.vocab_size:
+            raise ValueError(f"mask token id {mask_token_id} is outside the target's vocabulary of {target.vocab_size} "
+                             "ids; pick one below it (--set mask_token_id=ID; unset, an unused id is chosen)")
         return cls(
             hidden_size=target.hidden_size, num_heads=heads,
             num_kv_heads=int(getattr(c, "num_key_value_heads", heads) or heads),

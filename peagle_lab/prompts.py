@@ -54,15 +54,22 @@ def _jsonl_records(path: str | os.PathLike) -> list[tuple[str, object]]:
                                 "pass mt-bench, humaneval, sharegpt or a .jsonl path")
     opener = gzip.open if path.suffix == ".gz" else open
     records = []
-    with opener(path, "rt", encoding="utf-8") as handle:
-        for lineno, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                records.append((f"{path}:{lineno}", json.loads(line)))
-            except json.JSONDecodeError as err:
-                raise PromptFileError(f"{path}:{lineno}: not valid JSON ({err.msg}); "
-                                      "each line must be one JSON object") from None
+    try:
+        with opener(path, "rt", encoding="utf-8-sig") as handle:     # -sig: a leading byte-order mark is dropped
+            for lineno, line in enumerate(handle, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    records.append((f"{path}:{lineno}", json.loads(line)))
+                except json.JSONDecodeError as err:
+                    raise PromptFileError(f"{path}:{lineno}: not valid JSON ({err.msg}); "
+                                          "each line must be one JSON object") from None
+    except (gzip.BadGzipFile, EOFError) as err:
+        raise PromptFileError(f"{path}: named .gz but not a whole gzip file ({err}); gzip it again or drop the .gz "
+                              "from its name") from None
+    except UnicodeDecodeError as err:
+        raise PromptFileError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start}); a prompt file is JSONL, "
+                              "one JSON object per line, in UTF-8") from None
     if not records:
         raise PromptFileError(f"{path} holds no prompts; write one JSON object per line")
     return records

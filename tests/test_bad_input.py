@@ -3,9 +3,11 @@ impossible combination exits 2 with one line naming the flag and what it accepts
 `check` names what is broken in a damaged drafter folder; every engine refuses a request longer than the
 target's context; a refusal from the library reaches the shell as one line, not a traceback."""
 import json
+import os
 import shutil
 
 import pytest
+import torch
 
 from helpers import random_drafter, tiny_target
 from peagle_lab.cli import main
@@ -20,7 +22,7 @@ RANGES = [
     (["generate", "hi", "--top-p", "1.5"], "--top-p", "(0, 1]"),
     (["generate", "hi", "--max-new-tokens", "-5"], "--max-new-tokens", ">= 1"),
     (["generate", "hi", "--k", "0"], "--k", "[1, 128]"),
-    (["generate", "hi", "--seed", "-1"], "--seed", ">= 0"),
+    (["generate", "hi", "--seed", "-1"], "--seed", "[0, 9223372036854775807]"),
     (["bench", "--num-prompts", "-3"], "--num-prompts", ">= 1"),
     (["bench", "--max-new-tokens", "-5"], "--max-new-tokens", ">= 1"),
     (["bench", "--k", "0"], "--k", "[1, 128]"),
@@ -76,6 +78,10 @@ RANGES = [
     (["eval", "peagle-smollm2", "--num-prompts", "0"], "--num-prompts", ">= 1"),
     (["eval", "peagle-smollm2", "--max-new-tokens", "-1"], "--max-new-tokens", ">= 1"),
     (["export-speculators", "d", "o", "--k", "0"], "--k", "[1, 128]"),
+    (["generate", "hi", "--seed", str(2**64)], "--seed", "[0, 9223372036854775807]"),
+    (["generate", "hi", "--device", "tpu"], "--device", "auto, cpu, cuda or cuda:N"),
+    (["eval", "peagle-smollm2", "--device", "CUDA:x"], "--device", "auto, cpu, cuda or cuda:N"),
+    (["bench", "--methods", ","], "--methods", "like ar,eagle,peagle"),
 ]
 
 
@@ -145,6 +151,15 @@ COMBINED = [
     (["eval", "=peagle-smollm2"], ["'=peagle-smollm2'", "label before '=' is empty", "NAME=FOLDER with a name"]),
     (["eval", " =peagle-smollm2"], ["label before '=' is empty"]),
     (["eval", "x=peagle-smollm2", "x=eagle-smollm2"], ["the label 'x' names two drafters", "NAME=FOLDER"]),
+    # outputs: a folder where a file goes, a file where a folder goes, the sweep's own prompt file
+    (["bench", "--json", "{tmp}"], ["--json", "is a folder", "result.json"]),
+    (["eval", "peagle-smollm2", "--json", "{tmp}/data"], ["--json", "is a folder"]),
+    (["regenerate", "--out", "{tmp}/data/shard-00000.pt"], ["--out", "is a file", "give a folder"]),
+    (["train", "--data", "{tmp}/data", "--out", "{tmp}/data/shard-00000.pt"], ["--out", "is a file"]),
+    (["vllm-bench", "--dry-run", "--prompts", "{tmp}/prompts.jsonl", "--logs", "{tmp}"],
+     ["--prompts", "writes its own prompts.jsonl", "another --logs"]),
+    (["regenerate", "--out", "{tmp}/o", "--all-turns", "--prompts", "mt-bench"], ["--all-turns", "held out"]),
+    (["generate", "hi", "--drafter", "peagle-smollm2"], ["--drafter is for --method eagle or peagle"]),
 ]
 
 
@@ -153,19 +168,20 @@ def test_missing_folders_and_impossible_combinations_exit_2(no_model_loads, argv
                                                            monkeypatch):
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "shard-00000.pt").write_bytes(b"")   # only its name is looked at before the refusal
+    (tmp_path / "prompts.jsonl").write_text('{"prompt": "mine"}\n')
     monkeypatch.chdir(tmp_path)
     line = _exit_2([a.replace("{tmp}", str(tmp_path)) for a in argv], capsys)
     assert all(part.replace("{tmp}", str(tmp_path)) in line for part in named), line
 
 
 def test_a_damaged_drafter_is_refused_before_the_target_loads(no_model_loads, tmp_path, capsys):
-    """generate, bench, export-speculators and train --init-from read the drafter's weights: a truncated file or a
+    """generate, bench, eval, export-speculators and train --init-from read the drafter's weights: a truncated file or a
     config that does not describe them is named at once (exit 2), not as a traceback after the target loads."""
     folder = tmp_path / "d"
     shutil.copytree(shipped()["eagle-smollm2"], folder)
     (folder / "model.safetensors").write_bytes(b"\0" * 64)
     for argv in (["generate", "hi", "--method", "eagle", "--drafter", str(folder)],
-                 ["bench", "--methods", "eagle", "--drafter", f"eagle={folder}"],
+                 ["bench", "--methods", "eagle", "--drafter", f"eagle={folder}"], ["eval", str(folder)],
                  ["export-speculators", str(folder), str(tmp_path / "out")]):
         line = _exit_2(argv, capsys)
         assert "model.safetensors" in line and "truncated or corrupt" in line, line
@@ -330,7 +346,109 @@ def test_single_drafter_commands_take_a_shipped_name_as_eval_does(capsys, monkey
     assert main(["materialise", "peagle-smollm2"]) == 0
     assert capsys.readouterr().out.strip() == str(shipped()["peagle-smollm2"])
     line = _exit_2(["export-speculators", "eagle-smollm2", str(shipped()["eagle-smollm2"].parent)], capsys)
-    assert "would delete that drafter" in line
+    assert "the drafter folder" in line and "would delete it" in line
     (tmp_path / "peagle-smollm2").mkdir()                       # a local folder of that name, with no drafter
     assert main(["check", "peagle-smollm2"]) == 1
     assert "PROBLEM: peagle-smollm2 has no config.json" in capsys.readouterr().out
+
+
+def test_a_cuda_device_without_a_gpu_is_refused_before_loading(no_model_loads, capsys, monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    line = _exit_2(["generate", "hi", "--device", "cuda"], capsys)
+    assert "--device cuda" in line and "no CUDA GPU" in line and "--device cpu" in line
+
+
+def test_a_result_is_printed_before_its_file_is_written(tmp_path, capsys, monkeypatch):
+    """bench's --json is written after the result is on stdout, whole or not at all: a file that cannot be
+    written never costs the run."""
+    from peagle_lab.bench import write_json
+
+    write_json({"a": 1}, str(tmp_path / "sub" / "r.json"))
+    assert json.loads(capsys.readouterr().out) == {"a": 1}
+    assert json.loads((tmp_path / "sub" / "r.json").read_text()) == {"a": 1}
+    (tmp_path / "ro").mkdir()
+    (tmp_path / "ro").chmod(0o500)
+    if os.access(tmp_path / "ro", os.W_OK):                     # root writes anywhere: nothing to show then
+        pytest.skip("this user can write into a read-only folder")
+    with pytest.raises(PermissionError):
+        write_json({"b": 2}, str(tmp_path / "ro" / "r.json"))
+    assert json.loads(capsys.readouterr().out) == {"b": 2} and not list((tmp_path / "ro").iterdir())
+
+
+def test_damaged_data_and_prompt_files_are_one_line_naming_the_file(tmp_path, capsys):
+    """A shard or a checkpoint that is not torch's, a .gz that is not gzip, a prompt file that is not UTF-8: each is
+    a one-line refusal (exit 2) naming the file and the fix, never torch's advice to load it unsafely."""
+    from peagle_lab.prompts import PromptFileError, read_jsonl
+    from peagle_lab.train.data import load_samples
+
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "shard-00000.pt").write_bytes(b"not a torch file at all")
+    with pytest.raises(ValueError, match=r"shard-00000.pt is truncated or not a file torch wrote.*regenerate") as e:
+        load_samples(tmp_path / "data")
+    assert "weights_only" not in str(e.value)
+    (tmp_path / "p.jsonl.gz").write_text('{"prompt": "plain text, not gzip"}\n')
+    with pytest.raises(PromptFileError, match="p.jsonl.gz: named .gz but not a whole gzip file"):
+        read_jsonl(tmp_path / "p.jsonl.gz")
+    (tmp_path / "bin.jsonl").write_bytes(b"\xa9\xff\x00")
+    with pytest.raises(PromptFileError, match="bin.jsonl: not UTF-8 text"):
+        read_jsonl(tmp_path / "bin.jsonl")
+    (tmp_path / "bom.jsonl").write_text('\ufeff{"prompt": "with a byte-order mark"}\n', encoding="utf-8")
+    assert read_jsonl(tmp_path / "bom.jsonl") == ["with a byte-order mark"]
+    line = _exit_2(["bench", "--methods", "ar", "--prompts", str(tmp_path / "bin.jsonl")], capsys)
+    assert line.startswith("peagle-lab bench: ") and "bin.jsonl: not UTF-8 text" in line
+
+
+def test_a_damaged_checkpoint_is_named_and_a_killed_saves_leftover_removed(tmp_path):
+    from peagle_lab.train.config import TrainConfig
+    from peagle_lab.train.data import Sample
+    from peagle_lab.train.trainer import Trainer
+
+    tgt = tiny_target(vocab=50)
+    samples = [Sample(torch.arange(20) % 50, 5)] * 4
+    (tmp_path / "checkpoint.pt.tmp-abc123").write_bytes(b"\0" * 1000)           # a save killed mid-write
+    (tmp_path / "checkpoint.pt").write_bytes(b"PK\x03\x04 cut short")
+    cfg = TrainConfig(method="peagle", num_layers=1, draft_vocab_size=16, max_depth=2, steps=2, batch_size=2,
+                      max_len=20)
+    with pytest.warns(UserWarning, match="removed checkpoint.pt.tmp-abc123, half of a save that was killed"):
+        with pytest.raises(ValueError, match=r"checkpoint.pt is truncated or not a file torch wrote.*move it away"):
+            Trainer(tgt, samples, cfg, tmp_path, torch.arange(16))
+    assert not list(tmp_path.glob("*.tmp-*")) and (tmp_path / "checkpoint.pt").exists()
+
+
+def test_an_interrupted_command_says_what_was_kept(monkeypatch, capsys):
+    import peagle_lab.cli as cli
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "cmd_info", interrupted)
+    monkeypatch.delenv("PEAGLE_TRACEBACK", raising=False)
+    with pytest.raises(SystemExit) as err:
+        main(["info"])
+    assert err.value.code == 130 and "peagle-lab info: interrupted." in capsys.readouterr().err
+
+
+def test_regenerate_refuses_skipping_every_prompt_before_any_model_loads(no_model_loads, tmp_path, capsys):
+    (tmp_path / "two.jsonl").write_text('{"prompt": "a"}\n{"prompt": "b"}\n')
+    line = _exit_2(["regenerate", "--prompts", str(tmp_path / "two.jsonl"), "--skip-prompts", "5",
+                    "--out", str(tmp_path / "o")], capsys)
+    assert "--skip-prompts 5 skips all 2 prompts" in line and not (tmp_path / "o").exists()
+
+
+def test_a_mask_token_id_outside_the_vocabulary_is_named():
+    from peagle_lab.drafter import DrafterConfig
+
+    with pytest.raises(ValueError, match="mask token id 99999 is outside the target's vocabulary of 50.*mask_token_id"):
+        DrafterConfig.for_target(tiny_target(vocab=50), parallel_drafting=True, mask_token_id=99999)
+
+
+def test_export_speculators_refuses_a_k_past_the_trained_depth(target, monkeypatch, capsys, tmp_path):
+    """vLLM would draft untrained slots: the export refuses K past the depth, as generate and check do."""
+    from peagle_lab.target import Target
+
+    monkeypatch.setattr(Target, "load", classmethod(lambda cls, *a, **kw: target))
+    line = _exit_2(["export-speculators", "peagle-smollm2", str(tmp_path / "out"), "--k", "20"], capsys)
+    assert "K=20 exceeds the depth this P-EAGLE drafter was trained for (8)" in line
+    assert not (tmp_path / "out").exists()

@@ -467,3 +467,47 @@ def test_no_server_outlives_its_parent(fake_server, tmp_path, how):
     finally:
         parent.kill()
         parent.wait()
+
+
+def test_an_export_never_replaces_the_target_the_data_or_the_drafter_it_starts_from(tmp_path, monkeypatch, capsys):
+    """train --export onto its --init-from or --data, export-speculators onto its --target: refused (exit 2, one
+    line naming the flag) before any model loads, each folder byte for byte as it was."""
+    import peagle_lab.target as target_module
+
+    monkeypatch.setattr(target_module.Target, "load", lambda *a, **k: pytest.fail("a model loaded"))
+    drafter = save_drafter(random_drafter(tiny_target(vocab=50), parallel=True), tmp_path / "drafter")
+    data = _shards(tmp_path / "data", _samples(0))
+    target = tmp_path / "target"
+    target.mkdir()
+    (target / "config.json").write_text("{}")
+    before = {p: snapshot(p) for p in (drafter, data, target)}
+    for argv, named in ((["train", "--data", str(data), "--out", str(tmp_path / "run"), "--init-from", str(drafter),
+                          "--export", str(drafter)], "--init-from"),
+                        (["train", "--data", str(data), "--out", str(tmp_path / "run"), "--export", str(data)],
+                         "--data"),
+                        (["export-speculators", str(drafter), str(target), "--target", str(target)], "--target")):
+        with pytest.raises(SystemExit) as err:
+            main(argv)
+        line = capsys.readouterr().err.strip()
+        assert err.value.code == 2 and len(line.splitlines()) == 1 and named in line and "--overwrite" in line
+    assert {p: snapshot(p) for p in before} == before
+
+
+def test_a_drafter_export_never_replaces_another_kind_of_folder_peagle_lab_wrote(tmp_path):
+    """The marker names what wrote a folder: a drafter replaces a drafter, but a converted target or a materialised
+    drafter stays unless overwrite is given; nothing is changed by the refusal."""
+    from peagle_lab.atomic import DestinationInUse, atomic_dir, written_as
+
+    drafter = random_drafter(tiny_target(vocab=50), parallel=True)
+    with atomic_dir(tmp_path / "target", note="target converted from GGUF") as tmp:
+        (tmp / "config.json").write_text("{}")
+    assert written_as(tmp_path / "target") == "target converted"
+    before = snapshot(tmp_path / "target")
+    with pytest.raises(DestinationInUse, match="target converted peagle-lab wrote, not a drafter checkpoint"):
+        save_drafter(drafter, tmp_path / "target")
+    assert snapshot(tmp_path / "target") == before
+    save_drafter(drafter, tmp_path / "target", overwrite=True)                        # said so: replaced
+    assert written_as(tmp_path / "target") == "drafter checkpoint"
+    save_drafter(drafter, tmp_path / "d")
+    save_drafter(drafter, tmp_path / "d")                                             # a drafter over a drafter
+    assert written_as(tmp_path / "d") == "drafter checkpoint"

@@ -349,7 +349,7 @@ def _answer_turns(target, chunk: list[list[str]], out: Path, stem: str, max_new_
         path = out / f"{stem}-t{turn}.pt"
         paths.append(path)
         if path.exists():                                  # done before: take its replies back for the next turn
-            for s in torch.load(path, weights_only=True):
+            for s in read_torch(path, _SHARD_FIX, weights_only=True):
                 replies[int(s["conversation"])].append(s["ids"][int(s["prompt_len"]):].tolist())
             continue
         asks = []                                          # (conversation, context ids) still going at this turn
@@ -374,6 +374,23 @@ def _answer_turns(target, chunk: list[list[str]], out: Path, stem: str, max_new_
     return paths
 
 
+def read_torch(path: str | os.PathLike, fix: str, **kwargs):
+    """``torch.load(path, **kwargs)``; a file that is truncated or not torch's raises ValueError naming the file
+    and ``fix`` (one line from the CLI), not torch's traceback with its advice to load unsafely."""
+    import pickle
+    import zipfile
+
+    try:
+        return torch.load(path, **kwargs)
+    except (RuntimeError, pickle.UnpicklingError, EOFError, zipfile.BadZipFile, ValueError) as err:
+        first = (str(err).strip().splitlines() or [""])[0]
+        said = type(err).__name__ if not first or "weights_only" in first.lower() else first[:160]
+        raise ValueError(f"{path} is truncated or not a file torch wrote ({said}); {fix}") from err
+
+
+_SHARD_FIX = ("delete it and rerun `peagle-lab regenerate` with the same settings: it writes only what is missing")
+
+
 def load_samples(data_dir: str | os.PathLike) -> list[Sample]:
     """All regenerated conversations under ``data_dir`` in shard order."""
     paths = sorted(Path(data_dir).glob("shard-*.pt"))
@@ -381,5 +398,5 @@ def load_samples(data_dir: str | os.PathLike) -> list[Sample]:
         raise FileNotFoundError(f"no shard-*.pt files in {data_dir}; run `peagle-lab regenerate` first")
     out = []
     for p in paths:
-        out.extend(Sample(s["ids"].long(), int(s["prompt_len"])) for s in torch.load(p, weights_only=True))
+        out.extend(Sample(s["ids"].long(), int(s["prompt_len"])) for s in read_torch(p, _SHARD_FIX, weights_only=True))
     return out

@@ -164,6 +164,7 @@ def train(cfg: TrainConfig, run: RunSettings) -> dict | None:
     import torch
 
     from ..atomic import DestinationInUse, check_replaceable
+    from ..checkpoint import DRAFTER_NOTE
     from ..device import resolve_device
     from .trainer import finish_distributed, init_distributed, rank_and_world
 
@@ -175,7 +176,7 @@ def train(cfg: TrainConfig, run: RunSettings) -> dict | None:
     def mark(what: str) -> None:                        # start-up phases, timed (a slow one shows up in the log)
         print(f"[{time.perf_counter() - t0:6.1f} s] {what}", file=sys.stderr, flush=True)
 
-    check_replaceable(run.export_to, run.overwrite)     # now, not after the training: a user's folder stays
+    check_replaceable(run.export_to, run.overwrite, note=DRAFTER_NOTE)   # now, not after training
     trainer, target, coverage = _trainer(cfg, run, device, mark)
     rank0 = rank_and_world()[0] == 0
     if run.val_prompts and rank0:

@@ -29,12 +29,19 @@ from .replay import replay_prompts
 from ..materialise import FINGERPRINT_KEY, embedding_fingerprint
 from .cod import Elements, cod_sample
 from .config import TrainConfig
-from .data import Sample, data_fingerprint, target_difference, target_identity
+from .data import Sample, data_fingerprint, read_torch, target_difference, target_identity
 from .features import packed_layout, target_batch
 from .loss import LossParts, SeqData, padded_loss, sequence_loss, supervised_mask
 
+_CHECKPOINT_FIX = ("move it away to start afresh (training then begins again at step 0), or put back a whole copy: "
+                   "every save replaces it atomically, so only a copy made otherwise can be damaged")
+
 RESUME_MAY_CHANGE = ("steps", "checkpoint_every", "num_segments", "layout", "val_k", "micro_batches")
 LAYOUTS = {"packed": sequence_loss, "padded": padded_loss}  # padded: per method
+
+
+def checkpoint_size(path: Path) -> str:
+    return f"{path.stat().st_size / 2**20:.1f} MiB" if path.exists() else "gone"
 
 
 class _PassesOutOfMemory(RuntimeError):
@@ -286,8 +293,14 @@ class Trainer:
         # --data folder, for the message only)
         self.provenance = {"data_fingerprint": data_fingerprint(samples), "target": target_identity(target),
                            "data_source": None if data_source is None else str(data_source)}
+        if rank_and_world()[0] == 0:                    # a save killed mid-write left its temp file: not a checkpoint
+            for stale in self.checkpoint_path.parent.glob(self.checkpoint_path.name + ".tmp-*"):
+                warnings.warn(f"removed {stale.name}, half of a save that was killed ({checkpoint_size(stale)}); "
+                              f"{self.checkpoint_path.name} itself is the last whole save", stacklevel=2)
+                stale.unlink(missing_ok=True)
         if self.checkpoint_path.exists():              # refuse a mismatched resume now, before any work
-            self.check_resume(torch.load(self.checkpoint_path, map_location="cpu", weights_only=False, mmap=True))
+            self.check_resume(read_torch(self.checkpoint_path, _CHECKPOINT_FIX, map_location="cpu", weights_only=False,
+                                         mmap=True))
 
     # ----------------------------------------------------------------------------- one step
     def batch_for(self, step: int) -> list[Sample]:
@@ -463,7 +476,7 @@ class Trainer:
     def load_checkpoint(self) -> bool:
         if not self.checkpoint_path.exists():
             return False
-        state = torch.load(self.checkpoint_path, map_location=self.device, weights_only=False)
+        state = read_torch(self.checkpoint_path, _CHECKPOINT_FIX, map_location=self.device, weights_only=False)
         self.check_resume(state)
         self.drafter.load_state_dict(state["drafter"])
         self.opt.load_state_dict(state["opt"])
