@@ -135,9 +135,13 @@ class _Row:
         self.identical = all(same) if self.identical is None else (self.identical and all(same))
 
 
+class BenchRefused(ValueError):
+    """A benchmark asked for what it cannot run; the message names the fix (one line from the CLI, exit 2)."""
+
+
 def resolve_engine(engine: str, device: str) -> str:
     if engine not in ENGINES:
-        raise SystemExit(f"unknown engine {engine!r}; choose from {', '.join(ENGINES)}")
+        raise BenchRefused(f"unknown engine {engine!r}; choose from {', '.join(ENGINES)}")
     if engine == "auto":
         return "fast" if str(device).startswith("cuda") else "teaching"
     return engine
@@ -149,8 +153,8 @@ def resolve_drafter(method: str, path: str | None, target_is_default: bool) -> s
     name = DEFAULT_DRAFTERS[method]
     if target_is_default and name in shipped():
         return str(shipped()[name])
-    raise SystemExit(f"method {method!r} needs a drafter: no shipped drafter {name!r} for this target; pass --drafter "
-                     f"{method}=DIR")
+    raise BenchRefused(f"method {method!r} needs a drafter: no shipped drafter {name!r} for this target; pass "
+                       f"--drafter {method}=DIR")
 
 
 def _groups(n: int, size: int) -> list[list[int]]:
@@ -311,17 +315,17 @@ def _checked_batch_sizes(methods, batch_sizes, temperature: float, dtype: str) -
     """The sorted batch sizes, after refusing what the bench cannot run (naming the fix)."""
     bad = [m for m in methods if m not in BENCH_METHODS]
     if bad:
-        raise SystemExit(f"unknown method(s) {bad}; choose from {', '.join(BENCH_METHODS)}")
+        raise BenchRefused(f"unknown method(s) {bad}; choose from {', '.join(BENCH_METHODS)}")
     batch_sizes = sorted(set(int(b) for b in batch_sizes))
     if not batch_sizes or batch_sizes[0] < 1:
-        raise SystemExit(f"--batch-size must be integers >= 1, got {batch_sizes}")
+        raise BenchRefused(f"--batch-size must be integers >= 1, got {batch_sizes}")
     if batch_sizes[-1] > 1 and temperature > 0:
-        raise SystemExit("batched decoding is greedy only: use --temperature 0 with --batch-size > 1, "
+        raise BenchRefused("batched decoding is greedy only: use --temperature 0 with --batch-size > 1, "
                          "or --batch-size 1 for sampling")
     if batch_sizes[-1] > 1 and "hf" in methods:
-        raise SystemExit("the hf baseline runs one prompt at a time: drop hf from --methods or use --batch-size 1")
+        raise BenchRefused("the hf baseline runs one prompt at a time: drop hf from --methods or use --batch-size 1")
     if dtype not in DTYPES:
-        raise SystemExit(f"unknown dtype {dtype!r}; choose from {', '.join(DTYPES)}")
+        raise BenchRefused(f"unknown dtype {dtype!r}; choose from {', '.join(DTYPES)}")
     return batch_sizes
 
 
@@ -337,10 +341,10 @@ def _engine_for(spec: BenchSpec, fast: FastConfig, target: Target) -> str:
     """The engine the single-request rows run, after refusing fast-engine options it would not use."""
     engine = resolve_engine(spec.engine, str(target.device))
     if engine != "fast" and fast.compile:
-        raise SystemExit(f"compile fuses the fast engine's steps, but this bench runs the {engine} engine: "
+        raise BenchRefused(f"compile fuses the fast engine's steps, but this bench runs the {engine} engine: "
                          "add --engine fast (or drop --compile)")
     if engine != "fast" and fast.attention == "triton":
-        raise SystemExit(f"--attention triton picks the fast engine's attention, but this bench runs the {engine} "
+        raise BenchRefused(f"--attention triton picks the fast engine's attention, but this bench runs the {engine} "
                          "engine: add --engine fast (or drop --attention)")
     return engine
 
@@ -362,7 +366,10 @@ def run_bench(spec: BenchSpec, fast: FastConfig = FastConfig(), *, target: Targe
             for b in batch_sizes for m in spec.methods for k in (spec.ks if m in drafters else [None])]
     prompt_ids = [target.chat_ids(p) for p in load_prompts(spec.prompts, spec.num_prompts, spread=spec.spread)]
     if not prompt_ids:
-        raise SystemExit(f"no prompts in {spec.prompts}")
+        raise BenchRefused(f"no prompts in {spec.prompts}")
+    if engine == "fast" and spec.temperature > 0:
+        print(f"bench: the fast engine decodes greedily only, so at --temperature {spec.temperature} every row runs "
+              "the teaching engine (each row records the engine it ran)", file=sys.stderr)
     if len(prompt_ids) < batch_sizes[-1]:
         print(f"bench: only {len(prompt_ids)} prompts, so --batch-size {batch_sizes[-1]} decodes "
               f"{len(prompt_ids)} at once", file=sys.stderr)
@@ -373,7 +380,7 @@ def run_bench(spec: BenchSpec, fast: FastConfig = FastConfig(), *, target: Targe
     done = _bench_rounds(runner, rows, prompt_ids, math.lcm(*batch_sizes), spec.seed, started=started,
                          time_budget_s=spec.time_budget_s, progress=progress)
     on_fast = engine == "fast"
-    settings = {"prompts": str(spec.prompts), "num_prompts": spec.num_prompts, "spread": spec.spread,
+    settings = {"prompts": str(spec.prompts), "num_prompts": len(prompt_ids), "spread": spec.spread,
                 "max_new_tokens": spec.max_new_tokens, "temperature": spec.temperature, "methods": list(spec.methods),
                 "k": list(spec.ks), "batch_size": batch_sizes, "engine": engine, "device": str(target.device),
                 "dtype": str(next(target.model.parameters()).dtype).removeprefix("torch."),
@@ -381,6 +388,8 @@ def run_bench(spec: BenchSpec, fast: FastConfig = FastConfig(), *, target: Targe
                 "compile": (config.compile if on_fast else None) or False,
                 "attention": config.attention if on_fast else None,
                 "prompt_graphs": config.prompt_graphs if on_fast else None}
+    if len(prompt_ids) != spec.num_prompts:            # the set held fewer: the record says what ran
+        settings["num_prompts_asked"] = spec.num_prompts
     out = {"date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
            "machine": f"{platform.node()} {platform.machine()}", "target": target.name, "settings": settings,
            "results": [_row_result(runner, row, done) for row in rows]}

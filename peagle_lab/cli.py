@@ -133,6 +133,13 @@ def cmd_info(args) -> int:
     return 0
 
 
+def _embedded(target: str | None) -> bool:
+    """Whether ``--target`` names the embedded SmolLM2-135M-Instruct (left out, or by its name)."""
+    from .assets import DEFAULT_TARGET
+
+    return target is None or str(target).lower() in (DEFAULT_TARGET, "smollm2-135m-instruct")
+
+
 def cmd_generate(args) -> int:
     from .checkpoint import load_drafter
     from .engines.teaching import generate
@@ -143,7 +150,7 @@ def cmd_generate(args) -> int:
     if args.method != "ar" and not path:      # the embedded target (check_args): its shipped drafter
         from .bench import resolve_drafter
 
-        path = resolve_drafter(args.method, None, target_is_default=args.target is None)
+        path = resolve_drafter(args.method, None, target_is_default=_embedded(args.target))
         print(f"[{args.method}] the shipped drafter {path} (pass --drafter FOLDER for another)", file=sys.stderr)
     drafter = load_drafter(path, target).to(target.device) if path else None
     out = generate(target, target.chat_ids(args.prompt), method=args.method, drafter=drafter, k=args.k,
@@ -165,10 +172,7 @@ def cmd_bench(args) -> int:
                      drafters=dict(args.drafter), seed=args.seed, batch_sizes=args.batch_size, spread=args.spread,
                      engine=args.engine, device=args.device, dtype=args.dtype, hbm_bytes_per_s=args.hbm_gbps * 1e9,
                      time_budget_s=args.time_budget)
-    try:
-        fast = FastConfig(compile=args.compile, attention=args.attention)
-    except ValueError as err:
-        raise SystemExit(f"bench: {err}") from None
+    fast = FastConfig(compile=args.compile, attention=args.attention)   # a bad value: one line from main (exit 2)
     result = run_bench(spec, fast)
     result["command"] = "peagle-lab " + " ".join(args.argv)
     result["info"] = collect(count_prompts=False)
@@ -196,7 +200,7 @@ def cmd_vllm_bench(args) -> int:
     from .bench import write_json
     from .info import collect
     from .serving.bench import run_vllm_bench, sweep_plan, validate
-    from .serving.server import serve_command, server_env
+    from .serving.server import check_drafter_config, serve_command, server_env
 
     serving = _serving(args)
     drafters = dict(args.drafter)
@@ -207,6 +211,9 @@ def cmd_vllm_bench(args) -> int:
                                  eagle_drafter=drafters.get("eagle"), peagle_drafter=drafters.get("peagle"),
                                  max_model_len=args.max_model_len,
                                  **{k: v for k, v in serving.items() if k != "startup_timeout"})
+            for (method, k), cfg in plan:      # what the real sweep refuses before its first server
+                if method != "ar":
+                    check_drafter_config(cfg.drafter, cfg.target, method, k)
         except (ValueError, FileNotFoundError) as err:
             raise SystemExit(f"peagle-lab vllm-bench: {err}") from None
         for _, cfg in plan:
@@ -541,7 +548,8 @@ def add_vllm_bench_parser(sub) -> None:
     s.add_argument("--concurrency", type=_ints, default=[1, 4], help="max requests in flight, e.g. 1,2,4,8")
     _add_prompt_args(s)
     s.add_argument("--temperature", type=_non_negative, default=0.0)
-    s.add_argument("--dtype", default=None, help="vLLM --dtype (default: bfloat16 on a CUDA GPU, float32 on a CPU)")
+    s.add_argument("--dtype", default=None, choices=["auto", "float32", "bfloat16", "float16"],
+                   help="vLLM --dtype (default: bfloat16 on a CUDA GPU, float32 on a CPU)")
     _add_drafter_arg(s, "a folder or a Hugging Face id")
     s.add_argument("--target", default=None, help="HF folder or Hugging Face id vLLM serves "
                                                   "(default: the embedded SmolLM2, converted)")
@@ -717,7 +725,9 @@ def _folder_fault(value: str, what: str = "drafter") -> str | None:
 
     path = Path(value).expanduser()
     if not path.exists():
-        return f"{value}: no such folder"
+        from .drafters_registry import shipped
+
+        return f"{value}: no such folder (nor a shipped drafter: {', '.join(sorted(shipped()))})"
     if not (path / "config.json").is_file():
         return f"{value} has no config.json: not a {what} folder"
     return None
@@ -734,7 +744,7 @@ def _check_paths(p: argparse.ArgumentParser, args) -> None:
              "train": [("--init-from", getattr(args, "init_from", None))]}.get(args.command, [])
     for flag, value in local:
         fault = value and _folder_fault(value)
-        if value and not fault and args.command != "materialise":      # weights load_drafter reads: intact?
+        if value and not fault:                                        # weights load_drafter reads: intact?
             from .check import folder_problems
 
             fault = next(iter(folder_problems(Path(value).expanduser())), None)
@@ -748,7 +758,9 @@ def _check_paths(p: argparse.ArgumentParser, args) -> None:
             if fault:
                 p.error(f"--drafter {method}={fault} (nor a Hugging Face id owner/name)")
     if args.command == "check" and not Path(args.drafter).expanduser().is_dir():
-        p.error(f"drafter {args.drafter}: no such folder")
+        fault = ("is a file, not a drafter folder" if Path(args.drafter).expanduser().exists() else
+                 "no such folder")
+        p.error(f"drafter {args.drafter}: {fault}")
     if args.command == "train" and not any(Path(args.data).expanduser().glob("shard-*.pt")):
         p.error(f"--data {args.data}: no shard-*.pt files there (write them with `peagle-lab regenerate --out "
                 f"{args.data}`)")
@@ -781,6 +793,9 @@ def _check_train(p: argparse.ArgumentParser, args) -> None:
     if cfg.method == "peagle" and args.val_prompts and not args.init_from and cfg.val_k > cfg.max_depth:
         p.error(f"val_k {cfg.val_k} exceeds max_depth {cfg.max_depth}: a P-EAGLE drafter drafts at most the depths "
                 "it was trained on (--set val_k=K with K <= max_depth, or a larger --set max_depth)")
+    if cfg.share_lm_head and args.draft_vocab_size is not None:
+        p.error(f"--draft-vocab-size {args.draft_vocab_size} with --set share_lm_head=true: the target's output layer "
+                "drafts its whole vocabulary; drop one of the two")
 
 
 def check_args(parser: argparse.ArgumentParser, args) -> None:
@@ -792,7 +807,7 @@ def check_args(parser: argparse.ArgumentParser, args) -> None:
     if args.command == "generate" and args.method == "ar" and args.drafter:
         p.error("--drafter is for --method eagle or peagle (plain decoding drafts nothing): add the method it drafts "
                 "for, e.g. --method peagle")
-    if args.command == "generate" and args.method != "ar" and not args.drafter and args.target is not None:
+    if args.command == "generate" and args.method != "ar" and not args.drafter and not _embedded(args.target):
         p.error(f"--method {args.method} with --target {args.target} needs --drafter FOLDER (a drafter trained for "
                 "that target; the shipped ones fit only the embedded SmolLM2-135M-Instruct; or use --method ar)")
     if args.command == "regenerate":
@@ -829,15 +844,24 @@ def check_args(parser: argparse.ArgumentParser, args) -> None:
 
 
 def _shipped_names(args) -> None:
-    """A command's one drafter may be named as eval's are: a shipped drafter's name stands for its folder
-    (a folder of that name in the working directory comes first)."""
+    """A drafter may be named as eval's are (generate, check, materialise, export-speculators, train --init-from,
+    bench's and vllm-bench's --drafter METHOD=NAME): a shipped drafter's name stands for its folder (a folder of
+    that name in the working directory comes first)."""
     from pathlib import Path
 
     from .drafters_registry import shipped
 
-    value = getattr(args, "drafter", None) if args.command in SINGLE_DRAFTER else None
-    if isinstance(value, str) and value in shipped() and not Path(value).expanduser().exists():
-        args.drafter = str(shipped()[value])
+    def resolved(value):
+        if isinstance(value, str) and value in shipped() and not Path(value).expanduser().exists():
+            return str(shipped()[value])
+        return value
+
+    if args.command in SINGLE_DRAFTER:
+        args.drafter = resolved(args.drafter)
+    if args.command in ("bench", "vllm-bench"):          # --drafter METHOD=NAME as well as METHOD=FOLDER
+        args.drafter = [(method, resolved(where)) for method, where in args.drafter]
+    if args.command == "train":
+        args.init_from = resolved(args.init_from)
 
 
 SINGLE_DRAFTER = ("generate", "check", "materialise", "export-speculators")

@@ -43,6 +43,21 @@ def eos_token_ids(*sources) -> tuple[int, ...]:
     return tuple(sorted(ids))
 
 
+def _load_problem(asked, path: str, err: Exception) -> str:
+    """Why ``path`` (what ``--target asked`` resolved to) did not load, with the fix."""
+    from pathlib import Path
+
+    folder = Path(path)
+    if folder.is_dir():
+        if (folder / "config.json").is_file() and '"draft_vocab_size"' in (folder / "config.json").read_text():
+            return f"target {asked}: {path} holds a drafter, not a target model; pass the model it drafts for"
+        return (f"target {asked}: {path} is not a model folder transformers can load (a tokenizer and weights beside "
+                f"config.json): {str(err).splitlines()[0][:200]}")
+    return (f"target {asked}: no such folder here, and Hugging Face could not give a model of that id (no network, "
+            f"or no such id: {str(err).splitlines()[0][:160]}); pass a local model folder, or leave --target out for "
+            "the embedded SmolLM2")
+
+
 @contextmanager
 def _quiet_loading():
     """transformers' "Loading weights" bar off while a target loads (in a notebook it stays behind as a 0% line),
@@ -102,10 +117,13 @@ class Target:
         ``device``: ``"cpu"``, ``"cuda"``, ... or ``"auto"`` (CUDA when present; :mod:`peagle_lab.device`).
         ``dtype``: the weights' dtype (float32 on CPUs without native bf16; bf16 halves a GPU's weight reads)."""
         path = resolve_target(name_or_path)
-        tokenizer = AutoTokenizer.from_pretrained(path)
-        with _quiet_loading():
-            model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(resolve_device(device))
-        return cls(model, tokenizer, aux_layer_ids)
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(path)
+            with _quiet_loading():
+                model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+        except (OSError, ValueError) as err:    # no such hub id, offline, a drafter's folder: name what to pass
+            raise ValueError(_load_problem(name_or_path, path, err)) from err
+        return cls(model.to(resolve_device(device)), tokenizer, aux_layer_ids)
 
     @property
     def device(self) -> torch.device:

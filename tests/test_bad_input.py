@@ -160,6 +160,11 @@ COMBINED = [
      ["--prompts", "writes its own prompts.jsonl", "another --logs"]),
     (["regenerate", "--out", "{tmp}/o", "--all-turns", "--prompts", "mt-bench"], ["--all-turns", "held out"]),
     (["generate", "hi", "--drafter", "peagle-smollm2"], ["--drafter is for --method eagle or peagle"]),
+    (["check", "{tmp}/data/shard-00000.pt"], ["is a file, not a drafter folder"]),
+    (["train", "--data", "{tmp}/data", "--out", "{tmp}/o", "--draft-vocab-size", "64", "--set", "share_lm_head=true"],
+     ["--draft-vocab-size 64", "share_lm_head=true", "drop one"]),
+    (["train", "--data", "{tmp}/data", "--out", "{tmp}/o", "--init-from", "no-such-drafter"],
+     ["no such folder", "nor a shipped drafter: eagle-smollm2, peagle-smollm2"]),
 ]
 
 
@@ -452,3 +457,38 @@ def test_export_speculators_refuses_a_k_past_the_trained_depth(target, monkeypat
     line = _exit_2(["export-speculators", "peagle-smollm2", str(tmp_path / "out"), "--k", "20"], capsys)
     assert "K=20 exceeds the depth this P-EAGLE drafter was trained for (8)" in line
     assert not (tmp_path / "out").exists()
+
+
+def test_a_target_that_cannot_load_is_one_line_naming_the_fix(tmp_path, monkeypatch, capsys):
+    """--target: an id Hugging Face cannot give (offline here) or a drafter's folder is named as such (exit 2)."""
+    from peagle_lab.target import Target
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ValueError, match="target nosuch-org/nosuch: no such folder here.*pass a local model folder"):
+        Target.load("nosuch-org/nosuch")
+    drafter = tmp_path / "d"
+    shutil.copytree(shipped()["eagle-smollm2"], drafter)
+    line = _exit_2(["generate", "hi", "--target", str(drafter), "--method", "ar"], capsys)
+    assert "holds a drafter, not a target model" in line
+
+
+def test_shipped_names_work_for_every_drafter_flag_and_the_dry_run_checks_them(no_model_loads, capsys):
+    """bench's and vllm-bench's --drafter METHOD=NAME and train --init-from NAME take a shipped name as eval does;
+    the dry run refuses what the real sweep would (an EAGLE-3 drafter given for P-EAGLE, K past the depth)."""
+    from peagle_lab.cli import build_parser, check_args
+
+    parser = build_parser()
+    for argv, get in ((["bench", "--drafter", "peagle=peagle-smollm2"], lambda a: dict(a.drafter)["peagle"]),
+                      (["vllm-bench", "--dry-run", "--drafter", "eagle=eagle-smollm2"],
+                       lambda a: dict(a.drafter)["eagle"]),
+                      (["generate", "hi", "--target", "smollm2", "--method", "peagle"], lambda a: a.method)):
+        args = parser.parse_args(argv)
+        args.argv = argv
+        check_args(parser, args)                      # accepted, no exit
+        assert get(args) in (str(shipped()["peagle-smollm2"]), str(shipped()["eagle-smollm2"]), "peagle")
+    for argv, said in ((["--methods", "peagle", "--k", "3", "--drafter", "peagle=eagle-smollm2"],
+                        "pass it as --drafter eagle="),
+                       (["--methods", "peagle", "--k", "9", "--drafter", "peagle=peagle-smollm2"],
+                        "K=9 exceeds the depth")):
+        with pytest.raises(SystemExit, match=said):
+            main(["vllm-bench", "--dry-run", *argv])

@@ -156,11 +156,11 @@ def test_bench_batch_size_rows(target):
     assert {key: x["engine"] for key, x in rows.items()} == {
         ("ar", None, 1): single, ("peagle", 2, 1): single,
         ("ar", None, 2): "teaching-batched", ("peagle", 2, 2): "teaching-batched"}
-    with pytest.raises(SystemExit, match="--batch-size 1"):
+    with pytest.raises(ValueError, match="--batch-size 1"):
         run_bench(BenchSpec(methods=["hf"], ks=[2], prompts="mt-bench", num_prompts=2, max_new_tokens=2,
                             batch_sizes=[2]),
                   target=target)
-    with pytest.raises(SystemExit, match="greedy only"):
+    with pytest.raises(ValueError, match="greedy only"):
         run_bench(BenchSpec(methods=["ar"], ks=[2], prompts="mt-bench", num_prompts=2, max_new_tokens=2,
                             batch_sizes=[1, 2], temperature=0.5),
                   target=target)

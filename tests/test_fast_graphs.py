@@ -140,7 +140,7 @@ def test_bench_passes_compile_through(target, monkeypatch):
                           target=target, progress=False)
     assert seen and all(seen) and out["settings"]["compile"] == "default"
     assert out["results"][0]["warmup_s"] > 0
-    with pytest.raises(SystemExit, match="--engine fast"):
+    with pytest.raises(ValueError, match="--engine fast"):
         bench.run_bench(BenchSpec(methods=["ar"], ks=[2], prompts="mt-bench", num_prompts=1, max_new_tokens=2,
                                   engine="teaching"),
                         FastConfig(compile=True),

@@ -168,7 +168,7 @@ def test_resume_refuses_other_data_vocabulary_or_target_and_keeps_the_checkpoint
     assert "draft vocabulary" not in str(err.value)
     with pytest.raises(ResumeMismatch, match=r"another target.*weights"):
         _trainer(tmp_path, a, tiny_target(vocab=50, seed=1))
-    with pytest.raises(ResumeMismatch, match=r"another training config \(differs in lr\)"):
+    with pytest.raises(ResumeMismatch, match=r"another training config \(differs in lr \S+ there, 0.005 now\)"):
         _trainer(tmp_path, a, tgt, lr=5e-3)
     assert ckpt.read_bytes() == before
     resumed = _trainer(tmp_path, a, tgt)                              # the same data and target resume

@@ -96,7 +96,8 @@ def check_drafter_config(drafter: str, target: str, method: str, k: int) -> None
                             target_hidden=t.get("hidden_size"), target_vocab=t.get("vocab_size"),
                             target_layers=t["num_hidden_layers"] if taps else None)    # vLLM taps what the drafter asks
     if method == "peagle" and read_mask_token_id(d) is None:
-        problems.append(f"parallel drafting needs a mask token id ({MASK_TOKEN_KEYS[0]}) in the drafter config")
+        problems.append(f"parallel drafting needs a mask token id ({MASK_TOKEN_KEYS[0]}) in the drafter config; "
+                        "a drafter without one is an EAGLE-3 drafter: pass it as --drafter eagle=...")
     too_deep = depth_problem(k, d.get("peagle_trained_depth")) if method == "peagle" else None
     if too_deep:
         problems.append(too_deep)

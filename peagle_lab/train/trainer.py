@@ -243,6 +243,10 @@ class Trainer:
                  data_source: str | os.PathLike | None = None):
         if not samples:
             raise ValueError("no training samples; regenerate data first")
+        if cfg.batch_size > len(samples):
+            warnings.warn(f"batch_size {cfg.batch_size} is more than the {len(samples)} conversations in the data: "
+                          "every step holds some of them twice (regenerate more, or a smaller --batch-size)",
+                          stacklevel=2)
         if cfg.layout not in LAYOUTS:
             raise ValueError(f"unknown layout {cfg.layout!r}; use one of {', '.join(LAYOUTS)}")
         share = cfg.batch_size // rank_and_world()[1]   # the smallest share of a process: every rank checks alike
@@ -447,7 +451,9 @@ class Trainer:
         problems = []
         diff = self._config_diff(state["config"])
         if diff:
-            problems.append(f"it was written with another training config (differs in {', '.join(diff)})")
+            was = {**asdict(TrainConfig()), **state["config"]}
+            said = ", ".join(f"{k} {was.get(k)!r} there, {getattr(self.cfg, k)!r} now" for k in diff)
+            problems.append(f"it was written with another training config (differs in {said})")
         if "provenance" in state:
             problems += provenance_problems(state["provenance"], self.provenance)
         elif not getattr(self, "_warned_unrecorded", False):
@@ -494,6 +500,10 @@ class Trainer:
         """
         total = requested = steps or self.cfg.steps
         self.load_checkpoint()
+        if self.step > total:
+            warnings.warn(f"{self.checkpoint_path} is at step {self.step}, past the {total} steps asked for: nothing "
+                          f"to train, and what follows uses the drafter of step {self.step} (ask for more steps to "
+                          "go on; a fresh --out starts again)", stacklevel=2)
         t_start = time.perf_counter()
         bar = tqdm(total=total, initial=self.step, desc=f"train {self.cfg.method}", disable=not progress)
         done_now = 0

@@ -22,7 +22,9 @@ def token_counts(samples, vocab_size: int) -> torch.Tensor:
 def build_draft_vocab(counts: torch.Tensor, size: int) -> tuple[torch.Tensor, float]:
     """The ``size`` most frequent target ids (sorted ascending) and the share of reply tokens they cover."""
     if size > counts.numel():
-        raise ValueError(f"draft vocab of {size} exceeds the target vocab of {counts.numel()}")
+        raise ValueError(f"draft vocab of {size} exceeds the target vocab of {counts.numel()}: pass "
+                         f"--draft-vocab-size {counts.numel()} or less, or --set share_lm_head=true for the target's "
+                         "whole vocabulary")
     ids = counts.topk(size).indices.sort().values
     total = int(counts.sum())
     return ids, float(counts[ids].sum()) / total if total else 0.0
