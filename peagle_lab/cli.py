@@ -928,10 +928,23 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+class Refused(SystemExit):
+    """Exit 2 (bad input, as argparse's), with the one line already printed as its text, so a caller catching
+    SystemExit still reads why."""
+
+    def __init__(self, message: str):
+        super().__init__(2)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse, check the flags together (both exit 2 before any model loads), run the command. A refusal from the
-    library (ValueError, FileNotFoundError, a missing asset) ends in one line and exit 2; PEAGLE_TRACEBACK=1
-    shows the traceback instead."""
+    library (ValueError, FileNotFoundError, a missing asset) or from the command itself (a folder in use, a resume
+    or regeneration that does not match) ends in one line and exit 2; PEAGLE_TRACEBACK=1 shows the traceback
+    instead."""
     import os
 
     from .assets import AssetMissing
@@ -948,6 +961,11 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"peagle-lab {args.command}: {' '.join(str(err).split())}", file=sys.stderr)
         raise SystemExit(2) from None
+    except SystemExit as stop:            # a command's own refusal, SystemExit("peagle-lab <cmd>: ..."): exit 2 too
+        if not isinstance(stop.code, str):
+            raise
+        print(" ".join(stop.code.split()), file=sys.stderr)
+        raise Refused(stop.code) from None
     except KeyboardInterrupt:
         if os.environ.get("PEAGLE_TRACEBACK"):
             raise

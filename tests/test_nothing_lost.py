@@ -213,9 +213,12 @@ def test_cli_resume_on_other_data_is_refused_and_coverage_is_the_trained_vocabul
     assert main(argv + ["--data", str(data_a), "--stop-after", "2"]) == 0
     before = (run / "checkpoint.pt").read_bytes()
     capsys.readouterr()
-    with pytest.raises(SystemExit, match=rf"peagle-lab train: .*trained on data {data_a}.*this run's data {data_b}"):
+    with pytest.raises(SystemExit, match=rf"peagle-lab train: .*trained on data {data_a}.*this run's data {data_b}") \
+            as stop:
         main(argv + ["--data", str(data_b)])
-    assert "covers" not in capsys.readouterr().err                    # no coverage of a vocabulary it never trains
+    said = capsys.readouterr().err
+    assert stop.value.code == 2 and said.strip().splitlines()[-1].startswith("peagle-lab train: ")   # bad input: 2
+    assert "covers" not in said                                       # no coverage of a vocabulary it never trains
     assert (run / "checkpoint.pt").read_bytes() == before
     assert main(argv + ["--data", str(data_a)]) == 0
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
@@ -319,8 +322,9 @@ def test_regenerate_all_turns_never_builds_on_another_runs_replies(target, tmp_p
     out = tmp_path / "cli"
     argv = ["regenerate", "--prompts", "mt-bench", "--num-prompts", "1", "--max-new-tokens", "2", "--out", str(out)]
     assert main(argv) == 0
-    with pytest.raises(SystemExit, match=r"peagle-lab regenerate: .*skip_prompts.*: 0.*1.*new --out"):
+    with pytest.raises(SystemExit, match=r"peagle-lab regenerate: .*skip_prompts.*: 0.*1.*new --out") as stop:
         main(argv + ["--skip-prompts", "1"])
+    assert stop.value.code == 2                                       # a refusal, as argparse's: exit 2
 
 
 # ----------------------------------------------------------------------------- serving
