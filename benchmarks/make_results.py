@@ -212,7 +212,7 @@ TOPICS = [
         ("data_stats.json", "the training data: size, loops, coverage", None),
         ("head_init_ab_cpu.json", "drafter head initialisation A/B on CPU", None)]),
     ("Training data at scale", "data-scaling.md", [
-        ("data_scaling.json", "AL at K 3/5/7 against distinct reply tokens: one pass, equal steps, shipped",
+        ("data_scaling.json", "AL at K 3/5/7 against distinct reply tokens: one pass, its repeat, equal steps, shipped",
          data_scaling),
         ("data_scale_train_h200.json",
          "both drafters trained in one pass over 3.9M fresh reply tokens (training accuracy per depth)", None),
@@ -222,8 +222,9 @@ TOPICS = [
          "both drafters trained further (logs, train records, replays)", stream_run),
         ("data_scale_stopped_h200.json", "a stream run from zero that stopped when the machine went back (what its "
          "first call brought back)", None),
-        ("data_scale_repeat_h200_a1.json", "the recipe again from zero, first allocation: one regeneration round "
-         "beside both trainers, then training alone (`data_scale.py record`)", stream_run),
+        ("data_scale_repeat_h100_a1.json", "the recipe again from zero, first allocation, on an 80 GB H100 with 700 s "
+         "of device time: 322 s of regeneration beside both trainers, 525 s of training (`data_scale.py record`)",
+         stream_run),
         ("data_scale_repeat_h200_a2.json", "its second allocation, resumed from the carry folders on a round of new "
          "seeds (`data_scale.py record`)", stream_run),
         ("carry_tests_h200.log", "the carry-folder and resume tests with the trainer on CUDA", None),
