@@ -3,7 +3,7 @@
 # bash benchmarks/gpu/data_scale_parts.sh (a fresh checkout has no parts/).
 #   call 1:      PARK_ONLY=1 bash benchmarks/gpu/data_scale.sh   carry parts/ds (ShareGPT wheel, the library as frozen,
 #                                                                 optionally mtbench_replies.json: greedy replies)
-#   calls 2..15: PARK_ONLY=1 bash benchmarks/gpu/data_scale.sh   carry parts/vc.part-NN (each within 30 s)
+#   calls 2..15: PARK_ONLY=1 bash benchmarks/gpu/data_scale.sh carry parts/vc.part-NN (two a call: slim_tree.sh)
 #   call 16:     START=1 bash benchmarks/gpu/data_scale.sh       carry parts/vc.part-14: installs, starts the run
 #                (STAGES defaults to "regen train eval"; "unpack stream eval" trains both drafters while the
 #                 engines write, on parts/data/*.npz carried in this call plus the fresh data, and packs the fresh
