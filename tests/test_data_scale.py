@@ -199,6 +199,50 @@ def test_a_pool_that_ends_before_the_time_still_ends_the_cosine(tmp_path):
     assert trainer.sched.get_last_lr()[0] / cfg.lr == pytest.approx(0.1)      # the floor, reached at the end
 
 
+def test_once_the_engines_are_done_each_step_takes_fewer_micro_batches(tmp_path):
+    """Beside the engines an 80 GB card splits each step in micro-batches; once they are done (and their memory is
+    back) the trainer takes the step in the fewer that fit it alone. The split changes passes, not the gradient: the
+    run trains every sample once and ends with the weights of a run that took one pass a step from the start."""
+    from helpers import learnable_samples, tiny_target
+
+    from peagle_lab.train.config import TrainConfig
+    from peagle_lab.train.trainer import Trainer
+    from peagle_lab.train.vocab import build_draft_vocab, token_counts
+
+    ds = _module()
+    work = tmp_path / "work"
+    _turn_file(work / "data-0", "shard-00000-t0.pt", learnable_samples(n=12, seed=5))
+    pool = ds.TurnFiles(work).fresh()
+    ids, _ = build_draft_vocab(token_counts(pool, 50) + 1, 40)
+
+    def run(micro: int, micro_after: int, folder: str):
+        files = ds.TurnFiles(work)
+        cfg = TrainConfig(method="eagle", num_layers=1, draft_vocab_size=40, steps=10**6, batch_size=4,
+                          max_len=30, lr=3e-3, warmup_steps=2, seed=1, micro_batches=micro)
+        torch.manual_seed(0)
+        trainer = Trainer(tiny_target(vocab=50), files.fresh(), cfg, tmp_path / folder, ids)
+        passes, real_step = [], trainer.train_step
+
+        def step():
+            passes.append(trainer.micro_batches)
+            return real_step()
+
+        trainer.train_step = step
+        ds.stream_train(trainer, files, done=lambda: trainer.step >= 1, deadline=ds.time.perf_counter() + 600,
+                        marks=[], export=lambda tok, st: None, poll_every=1, wait_s=0.01, micro_after=micro_after,
+                        micro_after_s=0.0)
+        return trainer, passes
+
+    split, passes = run(4, 1, "split")
+    assert passes == [4, 1, 1] and split.step == 3, "the first step beside the engines, the rest alone"
+    whole, whole_passes = run(1, 1, "whole")
+    assert whole_passes == [1, 1, 1]
+    for a, b in zip(split.drafter.state_dict().values(), whole.drafter.state_dict().values()):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    _, kept = run(2, 4, "kept")
+    assert kept == [2, 2, 2], "never more micro-batches than the trainer took beside the engines"
+
+
 def test_turn_files_are_read_once_and_a_broken_one_again_later(tmp_path):
     from helpers import learnable_samples
 
@@ -836,6 +880,17 @@ def test_every_process_of_the_stream_stage_gets_the_plan_the_driver_made(tmp_pat
     assert all(a[-2:] == ["--micro-batches", "1"] for a in started)      # the trainers alone fit in one pass
     assert json.loads((tmp_path / "memory_plan_train.json").read_text())["micro"] == 1
     assert json.loads((tmp_path / "memory_plan_train.json").read_text())["gpu"] == "NVIDIA H100 80GB HBM3"
+    # the stream stage: two micro-batches beside the engines, one once they are done
+    started.clear()
+    monkeypatch.setattr(ds, "stage_regen", lambda *a, **k: None)
+    monkeypatch.setattr(ds, "pack", lambda *a, **k: None)
+    monkeypatch.setattr(ds.sys, "argv", ["data_scale.py", "stream", "--out", str(tmp_path), "--device", "cuda",
+                                         "--slices", "0:9,0:9,0:9,0:9"])
+    ds.main()
+    assert [a[2] for a in started] == ["stream-peagle", "stream-eagle"]
+    assert all(a[-4:] == ["--micro-batches", "2", "--micro-after-regen", "1"] for a in started)
+    plan = json.loads((tmp_path / "memory_plan_stream.json").read_text())
+    assert (plan["micro"], plan["micro_after_regen"]) == (2, 1)
     # a GPU nvidia-smi says nothing about: refused unless the sizes are given
     monkeypatch.setattr(ds, "gpu_total_gib", lambda: None)
     monkeypatch.setattr(ds, "gpu_info", lambda: None)

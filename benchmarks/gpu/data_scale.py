@@ -428,7 +428,7 @@ def grow(trainer, new: list) -> None:
 
 def stream_train(trainer, files: TurnFiles, *, done, deadline: float, marks: list[int], export,
                  poll_every: int = 20, wait_s: float = 5.0, seen: int = 0, save=None, save_every_s: float = 120.0,
-                 skip=frozenset()) -> int:
+                 skip=frozenset(), micro_after: int = 0, micro_after_s: float = 20.0) -> int:
     """Train ``trainer`` one pass over a pool that grows as turn files land, until ``deadline`` (perf_counter) or
     until the pool is spent and ``done()`` says no more will come. The cosine is refitted every 50 steps to the
     time left, and, once ``done()`` holds, to the pool left when that is the shorter: a run whose data ends before
@@ -436,10 +436,12 @@ def stream_train(trainer, files: TurnFiles, *, done, deadline: float, marks: lis
     each reply-token milestone in ``marks`` and at the end;
     ``save(tokens)`` every ``save_every_s`` seconds and at the end. ``seen``: reply tokens an earlier window
     trained on (a continued run); ``skip``: :func:`sample_key` of samples it trained on, never trained again.
-    Returns the reply tokens seen, earlier windows included."""
+    ``micro_after``: the micro-batches from ``micro_after_s`` seconds after ``done()`` holds (time for the engines'
+    processes to give their memory back), when fewer than the trainer takes beside them: the same gradient, fewer
+    passes a step. Returns the reply tokens seen, earlier windows included."""
     cfg, b = trainer.cfg, trainer.cfg.batch_size
     t_warm, first, last_fit, last_export = None, trainer.step, trainer.step, None
-    last_save, final = time.perf_counter(), False
+    last_save, final, switch_at = time.perf_counter(), False, None
 
     def fit() -> None:                  # the cosine's end: the time left, or the pool left once it is final
         ends = [len(trainer.order) // b] if final else []
@@ -459,7 +461,12 @@ def stream_train(trainer, files: TurnFiles, *, done, deadline: float, marks: lis
                     grow(trainer, new)
             if final_now:
                 final = True
+                if 0 < micro_after < trainer.micro_batches:
+                    switch_at = time.perf_counter() + micro_after_s
                 fit()
+        if switch_at is not None and time.perf_counter() >= switch_at:
+            log(f"engines done: each step in {micro_after} micro-batch(es), not {trainer.micro_batches}")
+            trainer.micro_batches, switch_at = micro_after, None
         if (trainer.step + 1) * b > len(trainer.order):      # the next batch would reach past the pool
             if final:
                 break
@@ -670,8 +677,9 @@ def stage_stream(args, out: Path, method: str) -> None:
 
     seen0 = state["reply_tokens_seen"] if state else 0
     marks = [m * 10**6 for m in MILESTONES_M if m * 10**6 > seen0]
+    after = args.micro_after_regen or plan_for(args, "train")["micro"]     # the trainers alone, when not given
     seen = stream_train(trainer, files, done=(out / "regen.done").exists, deadline=t0 + args.train_s, marks=marks,
-                        export=export, seen=seen0, save=save, skip=skip)
+                        export=export, seen=seen0, save=save, skip=skip, micro_after=after)
     log(f"{method}: {seen} reply tokens in {trainer.step} steps, pool {len(trainer.samples)} samples")
 
 
@@ -1028,6 +1036,9 @@ def main() -> None:
     ap.add_argument("--micro-batches", type=int, default=0,
                     help="train/stream: each step in this many micro-batches (the same gradient, less memory); "
                          "0: the fewest that leave the engines 8 GiB each (memory_plan)")
+    ap.add_argument("--micro-after-regen", type=int, default=0,
+                    help="stream: each step in this many micro-batches once the engines are done (their memory is "
+                         "free then); 0: the fewest that fit the trainers alone (memory_plan)")
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--ab-prompts", type=int, default=0, help="regen: first turns for the transformers/vLLM A/B")
     ap.add_argument("--eval-prompts", type=int, default=80)
@@ -1046,12 +1057,16 @@ def main() -> None:
             stage_regen(args, out)
         elif stage in ("train", "stream"):                   # both methods at once, one process each
             plan = plan_for(args, stage)        # sized here once: every process of the stage gets the same
+            if stage == "stream":               # and once the engines are done: the trainers (and eval) alone
+                plan["micro_after_regen"] = args.micro_after_regen or plan_for(args, "train")["micro"]
             args.micro_batches = plan["micro"]
             if stage == "stream":
                 args.kv_cache_gib = plan["kv_gib"]
             write_json(plan, out / f"memory_plan_{stage}.json")
             log(f"memory plan: {plan}")
             me = [a for a in sys.argv[1:] if a not in STAGES] + ["--micro-batches", str(plan["micro"])]
+            if stage == "stream":
+                me += ["--micro-after-regen", str(plan["micro_after_regen"])]
             sampler = MemorySampler(out / "gpu_memory.log") if DEVICE == "cuda" else None
             for flag in ("train.done", "regen.done"):          # a folder used before starts clean
                 (out / flag).unlink(missing_ok=True)

@@ -15,8 +15,9 @@
 #   calls 17+:   bash benchmarks/gpu/data_scale.sh               wait up to WAIT_S, bring back what is done
 # Memory: data_scale.py sizes the run to the card (memory_plan, written to memory_plan_<stage>.json; nvidia-smi
 # samples every 30 s in gpu_memory.log): on an H200 one pass a step and 16 GiB of KV cache per engine, on an 80 GB
-# card each step in two micro-batches (the same gradient) and what is left for the engines. MICRO=N and KV_GIB=G
-# set them by hand. The side jobs below need an H200's spare memory: on a smaller card they are skipped.
+# card each step in two micro-batches (the same gradient) while the engines run, one after, and what is left for
+# the engines. MICRO=N and KV_GIB=G set them by hand. The side jobs below need an H200's spare memory: on a smaller
+# card they are skipped.
 # Side jobs on the same GPU (the regen engines have fixed KV caches, so a side job starting or stopping cannot break
 # their memory profiling), each started once by any call after the install: NB=1 runs notebooks 01-04 under
 # nbmake (21_notebooks_cuda.sh, from a copy of the tree, wheels from parts/nbwheels parked in an earlier call;
