@@ -104,6 +104,21 @@ def test_watch_stops_what_is_still_running_at_the_deadline(tmp_path):
     assert rcs[0] != 0
 
 
+def test_watch_stops_every_engine_when_it_breaks_before_the_deadline(tmp_path, monkeypatch):
+    """An error while watching (here: renaming a failed engine's log) must not leave engines running: the stage
+    says regen.done after it, and the trainers take the engines' memory back once that is there."""
+    ds = _module()
+    cmds = [[ds.sys.executable, "-c", "import time; time.sleep(60)"], [ds.sys.executable, "-c", "raise SystemExit(1)"]]
+    started = []
+    real_launch = ds.launch
+    monkeypatch.setattr(ds, "launch", lambda c, lg: started.append(real_launch(c, lg)) or started[-1])
+    monkeypatch.setattr(ds.Path, "rename", lambda *a: (_ for _ in ()).throw(OSError("disk full")))
+    t = ds.time.perf_counter()
+    with pytest.raises(OSError, match="disk full"):
+        ds.watch(cmds, [tmp_path / "r0.log", tmp_path / "r1.log"], t + 60, relaunch_s=5)
+    assert all(p.poll() is not None for p in started) and ds.time.perf_counter() - t < 30
+
+
 def test_watch_gives_up_on_an_engine_that_keeps_failing(tmp_path):
     ds = _module()
     t = ds.time.perf_counter()
@@ -405,6 +420,42 @@ def test_a_resumed_cosine_is_fitted_at_once_and_ends_at_its_deadline(tmp_path, m
     assert b.step == 4 + 20 == b.total_steps, (b.step, b.total_steps)
     assert all(x < y for x, y in zip(factors[:6], factors[1:6])), factors      # the warm-up only climbs
     assert b.sched.get_last_lr()[0] / cfg.lr == pytest.approx(0.1)             # and the end is annealed
+
+
+def test_the_cosine_is_timed_afresh_when_the_engines_stop_and_steps_get_faster(tmp_path, monkeypatch):
+    """Beside the engines a step takes 3 s of a fake clock, after them 1 s. The step time is measured again from the
+    engines' stop and used 20 steps later, so the schedule ends at the deadline's step (70), not at the step an
+    average over both phases predicts (64), after which the last steps would all train at the floor."""
+    import types
+
+    from helpers import learnable_samples, tiny_target
+
+    from peagle_lab.train.config import TrainConfig
+    from peagle_lab.train.trainer import Trainer
+    from peagle_lab.train.vocab import build_draft_vocab, token_counts
+
+    ds = _module()
+    samples = learnable_samples(n=240, seed=6)
+    cfg = TrainConfig(method="eagle", num_layers=1, draft_vocab_size=40, steps=10**6, batch_size=3, max_len=30,
+                      lr=3e-3, warmup_steps=2, seed=1)
+    ids, _ = build_draft_vocab(token_counts(samples, 50) + 1, 40)
+    trainer = Trainer(tiny_target(vocab=50), samples, cfg, tmp_path / "run", ids)
+    now = [1000.0]
+    monkeypatch.setattr(ds, "time", types.SimpleNamespace(perf_counter=lambda: now[0],
+                                                          sleep=lambda s: now.__setitem__(0, now[0] + s)))
+    factors, real_step = [], trainer.train_step
+
+    def step():
+        factors.append(trainer.sched.get_last_lr()[0] / cfg.lr)
+        now[0] += 3.0 if trainer.step < 10 else 1.0
+        return real_step()
+
+    trainer.train_step = step
+    ds.stream_train(trainer, ds.TurnFiles(tmp_path / "none"), done=lambda: trainer.step >= 10,
+                    deadline=now[0] + 30 + 60, marks=[], export=lambda tok, st: None, wait_s=0.01, poll_every=1)
+    assert trainer.step == 70 == trainer.total_steps
+    # measured afresh 20 steps after the stop (step 30), the cosine reaches its floor only at the end
+    assert min(factors[31:-1]) > 0.1 and trainer.sched.get_last_lr()[0] / cfg.lr == pytest.approx(0.1)
 
 
 def test_an_export_resumes_with_the_sample_keys_its_window_saved_beside_it(tmp_path):

@@ -144,16 +144,20 @@ def watch(cmds: list[list[str]], logs: list[Path], deadline: float, *, relaunch_
     the stage its share."""
     procs = [launch(c, lg) for c, lg in zip(cmds, logs)]
     starts = [1] * len(procs)
-    while time.perf_counter() < deadline:
-        for i, p in enumerate(procs):
-            if p.poll() not in (None, 0) and deadline - time.perf_counter() > relaunch_s and starts[i] < tries:
-                starts[i] += 1
-                log(f"{logs[i].name}: exited with {p.returncode}; starting it again")
-                logs[i].rename(logs[i].with_suffix(f".failed{time.time_ns()}.log"))
-                procs[i] = launch(cmds[i], logs[i])
-        if all(p.poll() is not None for p in procs):
-            break
-        time.sleep(1)
+    try:
+        while time.perf_counter() < deadline:
+            for i, p in enumerate(procs):
+                if p.poll() not in (None, 0) and deadline - time.perf_counter() > relaunch_s and starts[i] < tries:
+                    starts[i] += 1
+                    log(f"{logs[i].name}: exited with {p.returncode}; starting it again")
+                    logs[i].rename(logs[i].with_suffix(f".failed{time.time_ns()}.log"))
+                    procs[i] = launch(cmds[i], logs[i])
+            if all(p.poll() is not None for p in procs):
+                break
+            time.sleep(1)
+    except BaseException:          # whatever broke here, no engine outlives the stage: regen.done follows it, and
+        stop_at(procs, time.perf_counter())     # the trainers take the engines' memory back once that is there
+        raise
     return stop_at(procs, deadline)
 
 
@@ -440,13 +444,19 @@ def stream_train(trainer, files: TurnFiles, *, done, deadline: float, marks: lis
     processes to give their memory back), when fewer than the trainer takes beside them: the same gradient, fewer
     passes a step. Returns the reply tokens seen, earlier windows included."""
     cfg, b = trainer.cfg, trainer.cfg.batch_size
-    t_warm, first, last_fit, last_export = None, trainer.step, trainer.step, None
-    last_save, final, switch_at = time.perf_counter(), False, None
+    first, last_fit, last_export = trainer.step, trainer.step, None
+    timed = None                        # (time, step) the step time is measured from: after the first step, and
+    last_save, final, switch_at = time.perf_counter(), False, None     # again when the engines stop (faster steps)
+    refit_at = None                     # the step a fresh measure is first used at (20 steps after it starts)
+
+    per = None                          # seconds a step; a new measure counts from 20 steps (the first: 1)
 
     def fit() -> None:                  # the cosine's end: the time left, or the pool left once it is final
+        nonlocal per
         ends = [len(trainer.order) // b] if final else []
-        if t_warm is not None and trainer.step - first > 1:
-            per = (time.perf_counter() - t_warm) / (trainer.step - first - 1)
+        if timed is not None and trainer.step - timed[1] >= (20 if per else 1):
+            per = (time.perf_counter() - timed[0]) / (trainer.step - timed[1])
+        if per:
             ends.append(trainer.step + max(1, int((deadline - time.perf_counter()) / per)))
         if ends:
             trainer.total_steps = max(trainer.step + 1, min(ends))
@@ -463,10 +473,14 @@ def stream_train(trainer, files: TurnFiles, *, done, deadline: float, marks: lis
                 final = True
                 if 0 < micro_after < trainer.micro_batches:
                     switch_at = time.perf_counter() + micro_after_s
-                fit()
+                fit()                               # from the step time so far; then timed from here on
+                if timed is not None:
+                    timed, refit_at = (time.perf_counter(), trainer.step), trainer.step + 20
         if switch_at is not None and time.perf_counter() >= switch_at:
             log(f"engines done: each step in {micro_after} micro-batch(es), not {trainer.micro_batches}")
             trainer.micro_batches, switch_at = micro_after, None
+            if timed is not None:
+                timed, refit_at = (time.perf_counter(), trainer.step), trainer.step + 20
         if (trainer.step + 1) * b > len(trainer.order):      # the next batch would reach past the pool
             if final:
                 break
@@ -475,11 +489,12 @@ def stream_train(trainer, files: TurnFiles, *, done, deadline: float, marks: lis
         batch = [trainer.samples[i] for i in trainer.order[trainer.step * b:(trainer.step + 1) * b]]
         trainer.train_step()
         seen += sum(max(0, min(x.ids.numel(), cfg.max_len) - x.prompt_len) for x in batch)
-        if t_warm is None:
-            t_warm = time.perf_counter()
-        elif trainer.step - last_fit >= (50 if last_fit > first else 2):   # the time (or pool) left: at once
-            fit()                                              # (a resumed cosine must not run towards a placeholder
-            last_fit = trainer.step                            # end), then every 50 steps
+        if timed is None:
+            timed = (time.perf_counter(), trainer.step)
+        elif trainer.step - last_fit >= (50 if last_fit > first else 2) or trainer.step == refit_at:
+            fit()                                  # the time (or pool) left: at once (a resumed cosine must not run
+            last_fit = trainer.step                # towards a placeholder end), then every 50 steps and 20 steps
+                                                   # after the step time is measured afresh
         while marks and seen >= marks[0]:
             marks.pop(0)
             export(seen, trainer.step)
@@ -661,6 +676,7 @@ def stage_stream(args, out: Path, method: str) -> None:
         path = trainer.export(work / "exports" / name, overwrite=True)
         rows.append({"method": method, "reply_tokens": tokens, "steps": step, "planned_steps": trainer.total_steps,
                      "lr_factor": trainer.sched.get_last_lr()[0] / cfg.lr, "drafter": str(path),
+                     "micro_batches": trainer.micro_batches,
                      "samples_in_pool": len(trainer.samples), "seconds": round(time.perf_counter() - t0, 1),
                      **({"continued_from": state["source"]} if state else {})})
         log(f"{method}: export {name} at step {step}")
@@ -1057,8 +1073,10 @@ def main() -> None:
             stage_regen(args, out)
         elif stage in ("train", "stream"):                   # both methods at once, one process each
             plan = plan_for(args, stage)        # sized here once: every process of the stage gets the same
-            if stage == "stream":               # and once the engines are done: the trainers (and eval) alone
-                plan["micro_after_regen"] = args.micro_after_regen or plan_for(args, "train")["micro"]
+            if stage == "stream":               # and once the engines are done: the trainers (and eval) alone,
+                alone = (memory_plan(plan["total_gib"], 0, trainers=True, eval_live="eval" in args.stages,
+                                     batch=args.batch_size)["micro"] if plan["total_gib"] else plan["micro"])
+                plan["micro_after_regen"] = args.micro_after_regen or alone     # whatever MICRO was set to
             args.micro_batches = plan["micro"]
             if stage == "stream":
                 args.kv_cache_gib = plan["kv_gib"]

@@ -16,8 +16,8 @@
 # Memory: data_scale.py sizes the run to the card (memory_plan, written to memory_plan_<stage>.json; nvidia-smi
 # samples every 30 s in gpu_memory.log): on an H200 one pass a step and 16 GiB of KV cache per engine, on an 80 GB
 # card each step in two micro-batches (the same gradient) while the engines run, one after, and what is left for
-# the engines. MICRO=N and KV_GIB=G set them by hand. The side jobs below need an H200's spare memory: on a smaller
-# card they are skipped.
+# the engines. MICRO=N, MICRO_AFTER=N (once the engines are done) and KV_GIB=G set them by hand. The side jobs
+# below need an H200's spare memory: on a smaller card they are skipped.
 # Side jobs on the same GPU (the regen engines have fixed KV caches, so a side job starting or stopping cannot break
 # their memory profiling), each started once by any call after the install: NB=1 runs notebooks 01-04 under
 # nbmake (21_notebooks_cuda.sh, from a copy of the tree, wheels from parts/nbwheels parked in an earlier call;
@@ -64,7 +64,8 @@ if [ "${START:-0}" = 1 ] && ! pgrep -f "fz/data_scal[e]" > /dev/null && [ ! -f /
   setsid nohup python /tmp/fz/data_scale.py ${STAGES:-regen train eval} --out /tmp/dsout \
     --regen-s "${REGEN_S:-600}" --train-s "${TRAIN_S:-420}" --batch-size "${BATCH:-64}" \
     --slices "${SLICES:-0:4348,4348:8696,8696:13044,13044:17393}" --seed "${SEED:-5}" \
-    --micro-batches "${MICRO:-0}" $([ -n "${KV_GIB:-}" ] && echo --kv-cache-gib "$KV_GIB") \
+    --micro-batches "${MICRO:-0}" --micro-after-regen "${MICRO_AFTER:-0}" \
+    $([ -n "${KV_GIB:-}" ] && echo --kv-cache-gib "$KV_GIB") \
     --packed $(ls /tmp/vp/*.npz 2>/dev/null) \
     $([ -f /tmp/vp/mtbench_replies.json ] && echo --replies /tmp/vp/mtbench_replies.json) \
     $([ -d /tmp/vp/resume ] && echo --resume /tmp/vp/resume) \
