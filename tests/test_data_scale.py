@@ -386,13 +386,29 @@ def test_a_window_can_go_on_from_an_exported_drafter_named_in_resume_json(tmp_pa
     assert [r["step"] for r in history] == [1, 2, 3]               # the export's steps, then this window's
 
 
+def _fake_clock(monkeypatch, ds, trainer, seconds):
+    """data_scale's clock made fake: it moves only when ``trainer`` takes a step, by ``seconds(step)``, or sleeps.
+    Returns the clock (a one-item list) and the learning-rate factors each step trains at."""
+    import types
+
+    now, factors, real_step = [1000.0], [], trainer.train_step
+    monkeypatch.setattr(ds, "time", types.SimpleNamespace(perf_counter=lambda: now[0],
+                                                          sleep=lambda s: now.__setitem__(0, now[0] + s)))
+
+    def step():
+        factors.append(trainer.sched.get_last_lr()[0] / trainer.cfg.lr)
+        now[0] += seconds(trainer.step)
+        return real_step()
+
+    trainer.train_step = step
+    return now, factors
+
+
 def test_a_resumed_cosine_is_fitted_at_once_and_ends_at_its_deadline(tmp_path, monkeypatch):
     """After a resume at step S the warm-up multiplies the cosine from S on. The cosine's end is fitted to the
     time left after the first measured step (a clock that moves one second per step: 20 steps fit), so the
     learning rate climbs through the warm-up and comes down to the schedule's floor exactly at the deadline.
     Fitted only every 50 steps, a short window would end at its peak, never annealed."""
-    import types
-
     from helpers import learnable_samples
 
     from peagle_lab.train.trainer import Trainer
@@ -404,17 +420,7 @@ def test_a_resumed_cosine_is_fitted_at_once_and_ends_at_its_deadline(tmp_path, m
     cfg.warmup_steps = 6
     b = Trainer(target, learnable_samples(n=90, seed=5), cfg, tmp_path / "b", ids)
     ds.continue_from(b, state)
-    now = [1000.0]
-    monkeypatch.setattr(ds, "time", types.SimpleNamespace(perf_counter=lambda: now[0],
-                                                          sleep=lambda s: now.__setitem__(0, now[0] + s)))
-    factors, real_step = [], b.train_step
-
-    def step():
-        factors.append(b.sched.get_last_lr()[0] / cfg.lr)
-        now[0] += 1.0
-        return real_step()
-
-    b.train_step = step
+    now, factors = _fake_clock(monkeypatch, ds, b, lambda step: 1.0)
     ds.stream_train(b, ds.TurnFiles(tmp_path / "none"), done=lambda: False, deadline=now[0] + 20, marks=[],
                     export=lambda tok, st: None, wait_s=0.01, poll_every=10**6)
     assert b.step == 4 + 20 == b.total_steps, (b.step, b.total_steps)
@@ -426,8 +432,6 @@ def test_the_cosine_is_timed_afresh_when_the_engines_stop_and_steps_get_faster(t
     """Beside the engines a step takes 3 s of a fake clock, after them 1 s. The step time is measured again from the
     engines' stop and used 20 steps later, so the schedule ends at the deadline's step (70), not at the step an
     average over both phases predicts (64), after which the last steps would all train at the floor."""
-    import types
-
     from helpers import learnable_samples, tiny_target
 
     from peagle_lab.train.config import TrainConfig
@@ -440,17 +444,7 @@ def test_the_cosine_is_timed_afresh_when_the_engines_stop_and_steps_get_faster(t
                       lr=3e-3, warmup_steps=2, seed=1)
     ids, _ = build_draft_vocab(token_counts(samples, 50) + 1, 40)
     trainer = Trainer(tiny_target(vocab=50), samples, cfg, tmp_path / "run", ids)
-    now = [1000.0]
-    monkeypatch.setattr(ds, "time", types.SimpleNamespace(perf_counter=lambda: now[0],
-                                                          sleep=lambda s: now.__setitem__(0, now[0] + s)))
-    factors, real_step = [], trainer.train_step
-
-    def step():
-        factors.append(trainer.sched.get_last_lr()[0] / cfg.lr)
-        now[0] += 3.0 if trainer.step < 10 else 1.0
-        return real_step()
-
-    trainer.train_step = step
+    now, factors = _fake_clock(monkeypatch, ds, trainer, lambda step: 3.0 if step < 10 else 1.0)
     ds.stream_train(trainer, ds.TurnFiles(tmp_path / "none"), done=lambda: trainer.step >= 10,
                     deadline=now[0] + 30 + 60, marks=[], export=lambda tok, st: None, wait_s=0.01, poll_every=1)
     assert trainer.step == 70 == trainer.total_steps
