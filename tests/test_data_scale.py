@@ -72,6 +72,25 @@ def test_recorded_equal_step_rows_are_the_ablation_replays():
     assert {(s, m) for s in ("one pass", "equal steps", "shipped") for m in ("peagle", "eagle")} <= series
 
 
+def test_the_recorded_curve_reaches_50m_for_both_methods_and_equals_its_raw_replays():
+    """The curve's contract (AL at K = 3, 5, 7 at four or more data sizes, from about 2M to 50M or more, per method),
+    and each repeat row equals what its allocation's raw record replayed, shipped pair included."""
+    results = ROOT / "benchmarks" / "results"
+    rows = {r["name"]: r for r in json.loads((results / "data_scaling.json").read_text())["rows"]}
+    for method in ("peagle", "eagle"):
+        sizes = sorted(r["reply_tokens"] for r in rows.values()
+                       if r["method"] == method and r["series"] == "one pass, repeat")
+        assert len(sizes) >= 4 and sizes[0] <= 2.1e6 and sizes[-1] >= 50e6
+    assert all(set(r["al"]) == {"3", "5", "7"} and r["steps"] > 0 for r in rows.values())
+    shipped = {r["method"]: r for r in rows.values() if r["series"] == "shipped"}
+    for record in sorted(results.glob("data_scale_repeat_*.json")):
+        for k, replays in json.loads(record.read_text())["eval"]["by_k"].items():
+            for name, replay in replays.items():
+                method, _, size = name.partition("-")
+                row = shipped[method] if size == "shipped" else rows[f"one pass, repeat/{name}"]
+                assert abs(row["al"][k] - replay["acceptance_length"]) <= 0.0015, (record.name, name, k)
+
+
 def test_pack_skips_a_folder_whose_engine_wrote_nothing(tmp_path):
     """An engine that failed to start leaves a folder with its settings and no turn file: pack goes on."""
     ds = _module()
