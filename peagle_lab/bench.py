@@ -35,12 +35,12 @@ import torch
 from .checkpoint import load_drafter
 from .device import DTYPES, resolve_device
 from .drafters_registry import shipped
-from .engines.batched import generate_batch
-from .engines.fast import FastConfig, generate_fast
+from .engines.fast import FastConfig
 from .engines.fast.engine import fast_engine
 from .engines.fast.graphs import H200_HBM_BYTES_PER_S, launch_floor_us, memory_floor_ms
-from .engines.frame import StepTimes
-from .engines.teaching import generate
+from .engines.protocol import Engine, make_engine
+from .engines.request import Outputs, SpecResult
+from .engines.timing import StepTimes
 from .prompts import load_prompts
 from .stats import AcceptanceStats
 from .target import Generation, Target
@@ -100,6 +100,21 @@ def hf_generate(target: Target, prompt_ids: list[int], max_new_tokens: int, *, t
                                 eos_token_id=list(eos), pad_token_id=eos[0] if eos else None)
     return Generation(tokens=out[0, len(prompt_ids):].tolist(), prompt_len=len(prompt_ids),
                       seconds=time.perf_counter() - t0)
+
+
+@dataclass
+class HF:
+    """The ``hf`` baseline as an :class:`~peagle_lab.engines.protocol.Engine`: :func:`hf_generate` per prompt."""
+    target: Target
+    temperature: float = 0.0
+    top_p: float = 1.0
+    name = "hf"
+
+    def generate(self, prompts: list[list[int]], max_new_tokens: int, seed: int | None = None) -> Outputs:
+        outs = [hf_generate(self.target, ids, max_new_tokens, temperature=self.temperature, top_p=self.top_p, seed=seed)
+                for ids in prompts]
+        return Outputs([SpecResult(tokens=o.tokens, prompt_len=o.prompt_len, seconds=o.seconds) for o in outs],
+                       sum(o.seconds for o in outs))
 
 
 @dataclass
@@ -176,29 +191,21 @@ class _Runner:
         """Rows the fast engine runs: batch 1, greedy (sampling stays on the teaching engine)."""
         return self.engine == "fast" and row.batch_size == 1 and row.method != "hf" and self.temperature <= 0
 
+    def engine_for(self, row: _Row) -> Engine:
+        """The engine a row runs: batched for B > 1, else fast or teaching (see :meth:`fast`), or hf."""
+        if row.method == "hf":
+            return HF(self.target, self.temperature)
+        name = "batched" if row.batch_size > 1 else "fast" if self.fast(row) else "teaching"
+        options = {"config": self.config} if name == "fast" else {}
+        return make_engine(name, self.target, row.method, self.drafters.get(row.method), row.k or 1,
+                           temperature=self.temperature, **options)
+
     def run(self, row: _Row, batch: list[list[int]], seed: int, budget: int | None = None):
         """-> (token lists, wall seconds, acceptance per request, time split)"""
-        budget = budget or self.max_new_tokens
-        target, drafter, k, temperature = self.target, self.drafters.get(row.method), row.k or 1, self.temperature
-        if row.batch_size > 1:
-            out = generate_batch(target, batch, method=row.method, drafter=drafter, k=k, max_new_tokens=budget)
-            return [r.tokens for r in out.results], out.seconds, [r.acceptance for r in out.results], out.times
-        outs = []
-        for ids in batch:
-            if row.method == "hf":
-                outs.append(hf_generate(target, ids, budget, temperature=temperature, seed=seed))
-            elif self.fast(row):
-                outs.append(generate_fast(target, ids, method=row.method, drafter=drafter, k=k, max_new_tokens=budget,
-                                          temperature=temperature, seed=seed, config=self.config))
-                row.steps += len(outs[-1].tokens) if row.method == "ar" else len(outs[-1].steps)
-            else:
-                outs.append(generate(target, ids, method=row.method, drafter=drafter, k=k, max_new_tokens=budget,
-                                     temperature=temperature, seed=seed))
-        split = None
-        if outs and (getattr(outs[0], "acceptance", None) is not None or self.fast(row)):
-            split = StepTimes(**{key: sum(getattr(o.times, key) for o in outs) for key in StepTimes().to_dict()})
-        return ([o.tokens for o in outs], sum(o.seconds for o in outs),
-                [getattr(o, "acceptance", None) for o in outs], split)
+        out = self.engine_for(row).generate(batch, budget or self.max_new_tokens, seed)
+        if self.fast(row):                      # per speculative step (per token for AR)
+            row.steps += sum(len(r.steps) if r.acceptance is not None else len(r.tokens) for r in out.results)
+        return [r.tokens for r in out.results], out.seconds, [r.acceptance for r in out.results], out.times
 
     def attempt(self, row: _Row, batch: list[list[int]], seed: int, budget: int | None = None):
         """run(), or with keep_going: None after recording the row's first error."""
@@ -230,11 +237,11 @@ class _Runner:
     def untimed_ar(self, prompts: dict[int, list[int]]) -> dict[int, list[int]]:
         """Greedy AR output of ``{index: prompt}``, untimed (identical_to_ar needs it when no ar row ran);
         with keep_going a failure leaves ``{}`` (identical_to_ar stays null)."""
-        gen = generate_fast if self.engine == "fast" else generate
-        kw = {"config": self.config} if self.engine == "fast" else {}
+        options = {"config": self.config} if self.engine == "fast" else {}
+        ar = make_engine(self.engine, self.target, "ar", **options)
         try:
-            return {i: gen(self.target, ids, method="ar", max_new_tokens=self.max_new_tokens, **kw).tokens
-                    for i, ids in prompts.items()}
+            out = ar.generate(list(prompts.values()), self.max_new_tokens)
+            return dict(zip(prompts, (r.tokens for r in out.results)))
         except Exception as err:  # noqa: BLE001
             if not self.keep_going:
                 raise
@@ -334,7 +341,7 @@ def _load_drafters(spec: BenchSpec, target: Target) -> dict:
     dtype = next(target.model.parameters()).dtype
     default_target = spec.target_name in (None, "smollm2")
     return {m: load_drafter(resolve_drafter(m, spec.drafters.get(m), default_target), target, dtype=dtype)
-            for m in ("eagle", "peagle") if m in spec.methods}
+            for m in DEFAULT_DRAFTERS if m in spec.methods}
 
 
 def _engine_for(spec: BenchSpec, fast: FastConfig, target: Target) -> str:

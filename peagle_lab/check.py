@@ -135,7 +135,7 @@ def check_drafter(path: str, target, k: int | None = None, probe_prompts: int = 
     method = "peagle" if parallel else "eagle"
     k = k or (drafter.cfg.trained_depth if parallel and drafter.cfg.trained_depth else 3)
     try:
-        check_compatible(drafter, target, k if parallel else None)
+        check_compatible(drafter, target, k, parallel=parallel)
     except IncompatibleDrafter as err:
         problems.append(str(err))
     if problems:

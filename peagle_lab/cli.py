@@ -348,7 +348,7 @@ def cmd_export_speculators(args) -> int:
         check_replaceable(args.out, args.overwrite, note=DRAFTER_NOTE)   # before loading: a user's folder stays
         target = Target.load(args.target)
         drafter = load_drafter(args.drafter, target)
-        check_compatible(drafter, target, args.k if drafter.cfg.parallel_drafting else None)   # vLLM would too
+        check_compatible(drafter, target, args.k)   # vLLM would too
         arch = list(getattr(target.config, "architectures", None) or [type(target.model).__name__])
         path = export_speculators(drafter, args.out, verifier_name=args.verifier or target.name,
                                   verifier_architectures=arch, k=args.k, overwrite=args.overwrite, flag="--overwrite")
@@ -434,7 +434,7 @@ def cmd_eval(args) -> int:
     drafters = {name: load_drafter(folder, target).to(target.device).eval() for name, folder in specs.items()}
     for name, d in drafters.items():
         try:
-            check_compatible(d, target, args.k if d.cfg.parallel_drafting else None)
+            check_compatible(d, target, args.k)
         except IncompatibleDrafter as err:
             raise SystemExit(f"peagle-lab eval: {name}: {err}") from None
     prompts = [target.chat_ids(p) for p in texts]

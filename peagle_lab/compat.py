@@ -52,16 +52,18 @@ def depth_problem(k: int | None, trained_depth: int | None) -> str | None:
     return None
 
 
-def check_compatible(drafter, target, k: int | None = None) -> None:
+def check_compatible(drafter, target, k: int | None = None, *, parallel: bool | None = None) -> None:
     """Refuse a drafter (:class:`~peagle_lab.drafter.Eagle3Drafter`) that cannot work with ``target``
-    (or with ``k`` drafts), naming the fix."""
+    (or with ``k`` drafts), naming the fix. The depth ``k`` is checked where the drafter drafts in parallel:
+    ``parallel`` (default: as its checkpoint says, ``cfg.parallel_drafting``)."""
     c = drafter.cfg
+    parallel = c.parallel_drafting if parallel is None else parallel
     problems = fit_problems(expects_hidden=c.target_hidden_size, vocab=c.vocab_size, taps=c.aux_layer_ids,
                             target_hidden=target.hidden_size, target_vocab=target.vocab_size,
                             target_layers=target.num_layers, target_taps=target.aux_layer_ids)
     if problems:
         raise IncompatibleDrafter("drafter does not fit this target: " + "; ".join(problems)
                                   + ". Train or pick a drafter for this target (peagle-lab info lists shipped ones).")
-    too_deep = depth_problem(k, c.trained_depth) if c.parallel_drafting else None
+    too_deep = depth_problem(k, c.trained_depth) if parallel else None
     if too_deep:
         raise IncompatibleDrafter(f"{too_deep}; use --k <= {c.trained_depth} or retrain with a deeper COD depth")

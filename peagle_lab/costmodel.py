@@ -3,7 +3,7 @@
 Notation (one speculative step of one request; vLLM's definitions, :mod:`peagle_lab.stats`):
 
     a_i          acceptance at draft position i = accepted at i / drafts   (i = 1..K)
-    AL(K)      = 1 + a_1 + ... + a_K          tokens a step yields (the bonus token + accepted drafts)
+    AL(K)      = 1 + a_1 + ... + a_K          tokens a step yields (the target's token + accepted drafts)
     draft(K)   = K x seq_pass                  sequential drafting (EAGLE-3): K drafter passes
                = par_pass(K)                   parallel drafting (P-EAGLE): one pass over K slots
     verify(n)  = verify_fixed + per_token x n  the target over n tokens; a batch of B requests

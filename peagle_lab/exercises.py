@@ -6,7 +6,7 @@ returns False, so a notebook run top to bottom keeps going; with ``strict=True``
 reference solutions are filled in, see :func:`solution_if_asked`) it raises :class:`ExerciseFailed`
 with the same text instead.
 
->>> def wrong(drafts, logits):        # forgets the bonus token's slot
+>>> def wrong(drafts, logits):        # always answers from the first slot
 ...     return 0, int(logits[0].argmax())
 >>> check_verify_greedy(wrong, strict=False)                     # doctest: +ELLIPSIS
 ✗ verify_greedy: ...
@@ -250,7 +250,7 @@ def check_expand_input_ids(fn, batches, strict: bool | None = None) -> bool:
             yours, truth = (got[i] if i < len(got) else "(missing)"), (want[i] if i < len(want) else "(none)")
             return _report("input_ids", f"batch {n}: {len(got)} ids (expected {len(want)}), "
                            f"first difference at slot {i}: yours {yours}, expected {truth}. "
-                           "Per request: accepted tokens shifted by one, the bonus token, K-1 mask ids, then one "
+                           "Per request: accepted tokens shifted by one, the target's token, K-1 mask ids, then one "
                            "padding id per rejected token", strict)
     return _report("input_ids", None, strict)
 

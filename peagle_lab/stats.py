@@ -2,7 +2,7 @@
 
 * per-position acceptance ``a_i = accepted at draft position i / number of drafts`` (K floats,
   index 0 = the first draft token);
-* acceptance length ``AL = 1 + accepted tokens / drafts`` (the bonus token counts as 1);
+* acceptance length ``AL = 1 + accepted tokens / drafts`` (the target's own token each step counts as 1);
 * conditional acceptance ``accepted at i / accepted at i-1`` (position 0: over drafts).
 
 vLLM exposes the same counters in Prometheus as ``vllm:spec_decode_num_drafts``,

@@ -3,7 +3,7 @@
 * :func:`acceptance_figure` -- bars per draft position (one trace per method/K), plotly;
 * :func:`acceptance_explorer` -- the same with dropdowns for method, K, prompt set, temperature (in
   Colab its figure is shown as HTML, see :func:`figure_for_output`);
-* :func:`token_stream_html` -- generated text coloured by accepted draft and bonus token, with the
+* :func:`token_stream_html` -- generated text coloured by accepted draft and the target's token, with the
   rejected drafts struck through, so one can watch the drafter at work;
 * :func:`step_view` / :func:`step_html` / :func:`step_explorer` -- one speculative step at a time
   (its K drafts, which the target accepted, where it rejected, the token the target added), with
@@ -124,8 +124,8 @@ BONUS_STYLE = "background:#ffe08a;font-weight:bold"
 
 def token_stream_html(result, decode, show_rejected: bool = True) -> str:
     """HTML of a speculative generation: green = accepted draft, struck-through red = rejected draft, and each
-    step's bonus token (the target's own token) blue where it replaced a rejected draft, gold where every
-    draft of the step was accepted."""
+    step's last token (the target's own) blue where it replaced a rejected draft, gold where every draft of
+    the step was accepted (vLLM's bonus token)."""
     def span(ids, style, title):
         text = html.escape(decode(ids)).replace("\n", "&#8629;<br>")
         return f'<span style="{style}" title="{title}">{text}</span>'
@@ -138,13 +138,13 @@ def token_stream_html(result, decode, show_rejected: bool = True) -> str:
         if show_rejected and n < len(step.drafts):
             parts.append(span(step.drafts[n:], "color:#c0392b;text-decoration:line-through;font-size:80%",
                               "rejected drafts"))
-        if n == len(step.drafts):   # every draft accepted: the bonus token is an extra one after them
+        if n == len(step.drafts):   # every draft accepted: the target's token is an extra one, the bonus token
             parts.append(span([step.next_token], BONUS_STYLE, "bonus token after all drafts"))
-        else:                       # the bonus token stands where the first rejected draft stood
-            parts.append(span([step.next_token], TARGET_STYLE, "bonus token in place of a rejected draft"))
+        else:                       # the target's token stands where the first rejected draft stood
+            parts.append(span([step.next_token], TARGET_STYLE, "target's token in place of a rejected draft"))
     legend = ('<div style="font-size:85%;margin-bottom:4px"><span style="background:#c8f7c5">accepted draft</span> '
-              f'bonus token: <span style="{TARGET_STYLE}">in place of a rejected draft</span> '
-              f'<span style="{BONUS_STYLE}">after all drafts</span> '
+              f'target\'s token: <span style="{TARGET_STYLE}">in place of a rejected draft</span> '
+              f'<span style="{BONUS_STYLE}">after all drafts (bonus)</span> '
               '<span style="color:#c0392b;text-decoration:line-through">rejected draft</span></div>')
     mono = "font-family:monospace;white-space:pre-wrap;line-height:1.6"
     return legend + f'<div style="{mono}">' + "".join(parts) + "</div>"
@@ -164,8 +164,8 @@ def time_split_figure(rows: list[dict], title: str = "Where a generation's time 
 # --- one speculative step at a time ---------------------------------------------------------------
 # Greedy and sampled verification both accept a prefix: drafts 1..n pass, draft n+1 is rejected,
 # and drafts after it are never looked at (they were conditioned on a rejected token). The target
-# then adds one token of its own, the bonus token: in place of draft n+1 ("replacement"), or after
-# draft K when all K passed ("extra"). So one step yields n + 1 tokens.
+# then adds one token of its own: in place of draft n+1 ("replacement"), or after draft K when all K
+# passed ("extra": vLLM's bonus token). So one step yields n + 1 tokens.
 STEP_COLORS = {"accepted": "#c8f7c5", "rejected": "#f5b7b1", "discarded": "#e5e7e9",
                "extra": "#ffe08a", "replacement": "#cfe2ff"}
 
@@ -175,13 +175,13 @@ def step_view(result, index: int) -> dict:
 
     Returns ``{"index", "num_steps", "k", "drafts", "verdicts", "accepted", "next_token",
     "next_kind", "start", "yielded"}``: ``verdicts[i]`` is ``"accepted"``, ``"rejected"`` or
-    ``"discarded"`` for draft position i+1; ``next_kind`` says where the bonus token went: ``"extra"``
+    ``"discarded"`` for draft position i+1; ``next_kind`` says where the target's token went: ``"extra"``
     (after all K drafts) or ``"replacement"`` (in place of draft n+1);
     ``start`` is where the step's tokens begin in ``result.tokens`` and ``yielded`` the tokens it
     added there (accepted drafts + the target's token; the last step may be cut by the token
     budget or EOS)::
 
-        >>> from peagle_lab.engines.frame import SpecResult, Step
+        >>> from peagle_lab.engines.request import SpecResult, Step
         >>> r = SpecResult(tokens=[7, 1, 2, 9], prompt_len=3, seconds=0.0, steps=[Step([1, 2, 3], 2, 9)])
         >>> v = step_view(r, 0)
         >>> v["verdicts"], v["next_kind"], v["yielded"]
@@ -222,11 +222,11 @@ def step_html(result, decode, index: int, context_tokens: int = 24) -> str:
                 f'<div style="font-size:75%;color:#555">{role}</div></td>')
 
     cells = [cell(role, tok, f"draft {i + 1}") for i, (tok, role) in enumerate(zip(v["drafts"], v["verdicts"]))]
-    cells.append(cell(v["next_kind"], v["next_token"], "bonus token"))
+    cells.append(cell(v["next_kind"], v["next_token"], "target's token"))
     before = result.tokens[max(0, v["start"] - context_tokens): v["start"]]
     n = v["accepted"]
     why = ("all accepted, so the bonus token comes after them" if v["next_kind"] == "extra"
-           else f"draft {n + 1} rejected, so the bonus token takes its place")
+           else f"draft {n + 1} rejected, so the target's token takes its place")
     summary = (f'step {index + 1} of {v["num_steps"]}: accepted {n} of {v["k"]} drafts; {why}; '
                f'{n + 1} token{"s" if n else ""} this step')
     return (f'<div class="peagle-step" data-step="{index}">'

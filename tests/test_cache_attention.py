@@ -260,6 +260,7 @@ def test_bench_passes_attention_through(target, monkeypatch):
     teaching engine or an unknown name it is refused, naming the fix; the pair tool names the variant."""
     from peagle_lab import bench
     from peagle_lab.bench import BenchSpec
+    from peagle_lab.engines import protocol
 
     seen = []
 
@@ -267,7 +268,7 @@ def test_bench_passes_attention_through(target, monkeypatch):
         seen.append(config.attention)
         return generate_fast(target, ids, config=config, **kw)
 
-    monkeypatch.setattr(bench, "generate_fast", recording)
+    monkeypatch.setattr(protocol, "generate_fast", recording)      # where the bench's engines are called
     out = bench.run_bench(BenchSpec(methods=["ar"], ks=[2], prompts="mt-bench", num_prompts=1, max_new_tokens=2,
                                     engine="fast"),
                           FastConfig(attention="triton"),

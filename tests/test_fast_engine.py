@@ -260,14 +260,16 @@ def test_bench_fast_engine_rows(target, monkeypatch):
     assert bench.resolve_engine("auto", "cpu") == "teaching" and bench.resolve_engine("auto", "cuda:0") == "fast"
     if not torch.cuda.is_available():
         assert bench.resolve_device("auto") == "cpu"
-    real = bench.generate_fast
+    from peagle_lab.engines import protocol         # where every engine of the bench is called
+
+    real = protocol.generate_fast
 
     def flaky(target, ids, *, method, **kw):
         if method == "eagle":
             raise RuntimeError("boom")
         return real(target, ids, method=method, **kw)
 
-    monkeypatch.setattr(bench, "generate_fast", flaky)
+    monkeypatch.setattr(protocol, "generate_fast", flaky)
     out = bench.run_bench(BenchSpec(methods=["ar", "eagle", "peagle"], ks=[2], prompts="mt-bench", num_prompts=2,
                                     max_new_tokens=4, engine="fast", keep_going=True),
                           target=target, progress=False)

@@ -126,6 +126,7 @@ def test_bench_passes_compile_through(target, monkeypatch):
 
     from peagle_lab import bench
     from peagle_lab.bench import BenchSpec
+    from peagle_lab.engines import protocol
 
     seen = []
 
@@ -133,7 +134,7 @@ def test_bench_passes_compile_through(target, monkeypatch):
         seen.append(config.compile)
         return generate_fast(target, ids, config=replace(config, compile=None), **kw)
 
-    monkeypatch.setattr(bench, "generate_fast", recording)
+    monkeypatch.setattr(protocol, "generate_fast", recording)      # where the bench's engines are called
     out = bench.run_bench(BenchSpec(methods=["ar"], ks=[2], prompts="mt-bench", num_prompts=1, max_new_tokens=2,
                                     engine="fast"),
                           FastConfig(compile=True),

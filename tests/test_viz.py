@@ -4,7 +4,7 @@ from html.parser import HTMLParser
 import pytest
 
 from helpers import random_drafter, tiny_target
-from peagle_lab.engines.frame import SpecResult, Step
+from peagle_lab.engines.request import SpecResult, Step
 from peagle_lab.engines.teaching import generate
 from peagle_lab.viz import acceptance_explorer, acceptance_figure, step_explorer, step_html, step_view
 
@@ -160,7 +160,7 @@ def test_token_stream_colours_accepted_bonus_and_rejected():
     body = html.split("</div>", 1)[1]                                  # after the legend
     assert 'title="accepted 1 of 3 drafts">&lt;11&gt;<' in body
     assert 'line-through' in body and '&lt;12&gt;&lt;13&gt;' in body
-    assert f'style="{TARGET_STYLE}" title="bonus token in place of a rejected draft">&lt;20&gt;' in body
+    assert f'style="{TARGET_STYLE}" title="target\'s token in place of a rejected draft">&lt;20&gt;' in body
     assert f'style="{BONUS_STYLE}" title="bonus token after all drafts">&lt;21&gt;' in body
     assert body.count("bonus token after all drafts") == 1 and body.count("in place of a rejected draft") == 1
 

@@ -5,15 +5,16 @@ algorithm as :func:`peagle_lab.engines.teaching.generate` for a whole batch, the
 
 1. **one target prefill** over the right-padded prompts (:class:`~peagle_lab.engines.batch_cache.RaggedCache`);
 2. **drafting on vLLM's packed ragged layout**: the last target pass of every request (prompt,
-   or bonus + K drafts with ``num_rejected = K - n_r``) goes through
+   or the target's last token + K drafts with ``num_rejected = K - n_r``) goes through
    :func:`~peagle_lab.kernels.copy_and_expand_eagle_inputs`, then vLLM's companion steps
    (scatter of target features by ``hidden_state_mapping``, ``torch.where`` fill of the mask slots
    with ``fc(mask_hidden)``), then ONE drafter pass over all requests (P-EAGLE), or one context
    pass plus K-1 one-token-per-request passes (EAGLE-3), against the drafter's pooled KV cache
    (:class:`~peagle_lab.engines.batch_cache.DraftPool`);
 3. **one target forward verifies every request** (``(B, K+1)`` tokens, per-row cache lengths);
-4. per row: accept ``n_r`` (greedy), commit ``1 + n_r`` slots, record, finish or go on. Finished
-   requests leave the batch (their rows and pool slots are dropped).
+4. per row: accept ``n_r`` (greedy), commit ``1 + n_r`` slots, append to the row's
+   :class:`~peagle_lab.engines.request.Request`, finish or go on. Finished requests leave the batch
+   (their rows and pool slots are dropped).
 
 Greedy only: every request's output equals what it would get alone, which equals plain AR
 decoding (tested). Sampling in a batch is not implemented -- use batch size 1 for T > 0.
@@ -22,16 +23,16 @@ Method ``"ar"`` is the same loop with K = 0 (one target forward per token for al
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
 from ..device import sdpa_without_cudnn
 from ..drafter import Eagle3Drafter
 from ..kernels.batched import drafter_inputs, request_attention_mask
-from ..stats import AcceptanceStats
 from .batch_cache import DraftPool, RaggedCache
-from .frame import SpecResult, Step, StepTimer, StepTimes, check_request, finish, require_parallel
+from .request import Outputs, Request, check_request, require_parallel
+from .timing import StepTimer
 from .verify import verify_greedy_batch
 
 
@@ -44,19 +45,7 @@ class Packed:
     aux: torch.Tensor              # (N, 3H) target features at each token
     query_start_loc: torch.Tensor  # (R+1,) int32
     query_end_loc: torch.Tensor    # (R,) int32: index of each request's last accepted token
-    next_token_ids: torch.Tensor   # (R,) int32: the new bonus tokens
-
-
-@dataclass
-class BatchResult:
-    results: list[SpecResult]                               # one per request, in input order
-    seconds: float                                          # wall time of the whole batch
-    times: StepTimes = field(default_factory=StepTimes)
-    accepted: list[dict[int, int]] = field(default_factory=list)   # per step: {request: accepted drafts}
-
-    @property
-    def new_tokens(self) -> int:
-        return sum(len(r.tokens) for r in self.results)
+    next_token_ids: torch.Tensor   # (R,) int32: the target's new tokens (vLLM's name)
 
 
 def _layout(drafter: Eagle3Drafter, ctx: Packed, slots: int):
@@ -97,7 +86,7 @@ def draft_sequential_pooled(drafter: Eagle3Drafter, pool: DraftPool, ctx: Packed
     start = pool.length
     prenorm, logits = _pass(drafter, pool, out.input_ids, hidden, out.positions, slot_req,
                             request_attention_mask(ctx.query_start_loc, 1, out.is_rejected_token_mask))
-    at = out.new_token_indices.long()                                     # (R,) each request's bonus slot
+    at = out.new_token_indices.long()                                     # (R,) each request's next-token slot
     tok, h, pos = drafter.to_target_ids(logits[at].argmax(-1)), prenorm[at], out.positions[at]
     pool.commit(start, ~out.is_rejected_token_mask)
     committed, drafts = pool.length, [tok]
@@ -149,106 +138,76 @@ def _check(target, prompts: list[list[int]], method: str, drafter: Eagle3Drafter
     return budgets, k, POOLED_DRAFTERS.get(method) if k else None
 
 
-@dataclass
-class _Requests:
-    """Each request's output so far (in input order) and which ones still run."""
-    budgets: list[int]
-    eos: tuple[int, ...]
-    k: int
-    spec: bool
-    t0: float = field(default_factory=time.perf_counter)
-    live: list[int] = field(default_factory=list)           # requests still running, in batch-row order
-
-    def __post_init__(self):
-        B = len(self.budgets)
-        self.tokens: list[list[int]] = [[] for _ in range(B)]
-        self.stats = [AcceptanceStats(self.k) if self.spec else None for _ in range(B)]
-        self.steps: list[list[Step]] = [[] for _ in range(B)]
-        self.finished_at = [0.0] * B
-
-    def extend(self, r: int, new: list[int]) -> bool:
-        """Append ``new`` to request ``r`` (cut at its budget / EOS); True when it is done."""
-        self.tokens[r], done = finish(self.tokens[r] + new, self.budgets[r], self.eos)
-        if done:
-            self.finished_at[r] = time.perf_counter() - self.t0
-        return done
-
-    def accept(self, r: int, drafts: torch.Tensor, n: int, bonus: int) -> bool:
-        """Record one verified step of request ``r``: ``n`` drafts accepted, then ``bonus``."""
-        if self.spec:
-            self.stats[r].record(n)
-            self.steps[r].append(Step(drafts.tolist(), n, bonus))
-        return self.extend(r, drafts[:n].tolist() + [bonus])
-
-    def results(self, prompts: list[list[int]]) -> list[SpecResult]:
-        return [SpecResult(tokens=self.tokens[r], prompt_len=len(prompts[r]), seconds=self.finished_at[r],
-                           acceptance=self.stats[r], steps=self.steps[r]) for r in range(len(prompts))]
-
-
-def prefill(req: _Requests, rows: RaggedCache, prompts: list[list[int]], dev) -> tuple[torch.Tensor, Packed | None]:
+def prefill(reqs: list[Request], rows: RaggedCache, spec: bool, dev) -> tuple[list[int], torch.Tensor, Packed | None]:
     """One target pass over the right-padded prompts: every request's first token; the drafter's first
-    context (each running request's prompt with its features) -> ``(bonus (R,), ctx)``."""
+    context (each running request's prompt with its features) -> ``(running, next tokens (R,), ctx)``."""
+    prompts = [r.prompt for r in reqs]
     B = len(prompts)
     lens = torch.tensor([len(p) for p in prompts])
-    out = rows.forward(_pad(prompts), aux=req.spec)                            # logits (B, L, V)
+    out = rows.forward(_pad(prompts), aux=spec)                                # logits (B, L, V)
     rows.commit(lens)
-    bonus = out.logits[torch.arange(B), lens - 1].argmax(-1).cpu()             # (B,)
-    live = req.live = [r for r in range(B) if not req.extend(r, [int(bonus[r])])]
+    first = out.logits[torch.arange(B), lens - 1].argmax(-1).cpu()             # (B,)
+    live = [r for r in range(B) if not reqs[r].append([], 0, int(first[r]))]
     ctx = None
-    if req.spec and live:
+    if spec and live:
         qsl = torch.cat([torch.zeros(1, dtype=torch.long), lens[live].cumsum(0)]).to(torch.int32)
         ctx = _packed(dev, req=torch.tensor(live), token_ids=torch.cat([torch.tensor(prompts[r]) for r in live]),
                       positions=torch.cat([torch.arange(len(prompts[r])) for r in live]),
                       aux=torch.cat([out.aux[r, : len(prompts[r])] for r in live]),
-                      query_start_loc=qsl, query_end_loc=qsl[1:] - 1, next_token_ids=bonus[live])
-    return bonus[live], ctx                                                    # (R,) for the rows still running
+                      query_start_loc=qsl, query_end_loc=qsl[1:] - 1, next_token_ids=first[live])
+    return live, first[live], ctx                                              # (R,) for the rows still running
 
 
 class Batch:
-    """The running requests between steps: their target rows, the drafter pool, the bonus tokens and the
-    drafter's next context (the last target pass, packed)."""
+    """The running requests between steps: their :class:`~peagle_lab.engines.request.Request` s, target rows,
+    the drafter pool, the target's last tokens and the drafter's next context (the last target pass, packed)."""
 
-    def __init__(self, req: _Requests, rows: RaggedCache, pool: DraftPool | None, drafter, draft_fn):
-        self.req, self.rows, self.pool, self.drafter, self.draft_fn = req, rows, pool, drafter, draft_fn
+    def __init__(self, rows: RaggedCache, pool: DraftPool | None, drafter, draft_fn, k: int):
+        self.rows, self.pool, self.drafter, self.draft_fn, self.k = rows, pool, drafter, draft_fn, k
+        self.spec = draft_fn is not None
+        self.live: list[int] = []                          # requests still running, in batch-row order
         self.accepted_log: list[dict[int, int]] = []       # per step: {request: accepted drafts}
 
-    def prefill(self, prompts: list[list[int]]) -> None:
-        self.bonus, self.ctx = prefill(self.req, self.rows, prompts, self.pool.device if self.pool else None)
-        _drop(self.rows, self.pool, self.req.live, list(range(len(prompts))))
+    def prefill(self, reqs: list[Request]) -> None:
+        self.reqs = reqs
+        device = self.pool.device if self.pool else None
+        self.live, self.next_token, self.ctx = prefill(reqs, self.rows, self.spec, device)
+        _drop(self.rows, self.pool, self.live, list(range(len(reqs))))
 
     def draft(self) -> torch.Tensor:
         """``(R, K)`` drafts for the running requests (``(R, 0)`` for AR)."""
-        if not self.req.spec:
-            return torch.zeros(len(self.req.live), 0, dtype=torch.long)
-        return self.draft_fn(self.drafter, self.pool, self.ctx, self.req.k).cpu()
+        if not self.spec:
+            return torch.zeros(len(self.live), 0, dtype=torch.long)
+        return self.draft_fn(self.drafter, self.pool, self.ctx, self.k).cpu()
 
     def verify(self, drafts: torch.Tensor):
-        """One target pass over ``[bonus, drafts]`` of every row
+        """One target pass over ``[last token, drafts]`` of every row
         -> ``(n (R,), next token (R,), verify_in, out, before)``."""
         before = self.rows.lengths.clone()
-        verify_in = torch.cat([self.bonus[:, None], drafts], dim=1)            # (R, K+1)
-        out = self.rows.forward(verify_in, aux=self.req.spec)                  # logits (R, K+1, V)
-        n, bonus = verify_greedy_batch(drafts, out.logits)                     # (R,) accepted, (R,) next token
+        verify_in = torch.cat([self.next_token[:, None], drafts], dim=1)       # (R, K+1)
+        out = self.rows.forward(verify_in, aux=self.spec)                      # logits (R, K+1, V)
+        n, next_token = verify_greedy_batch(drafts, out.logits)                # (R,) accepted, (R,) target's token
         self.rows.commit(1 + n)
-        return n, bonus, verify_in, out, before
+        return n, next_token, verify_in, out, before
 
-    def accept(self, drafts, n, bonus, verify_in, out, before) -> None:
-        """Record every row's step; the next context from the rows still running; finished requests leave."""
-        req, live = self.req, self.req.live
-        still = [i for i, r in enumerate(live) if not req.accept(r, drafts[i], int(n[i]), int(bonus[i]))]
-        if req.spec:
+    def accept(self, drafts, n, next_token, verify_in, out, before) -> None:
+        """Every row's request gets its step; the next context from the rows still running; finished ones leave."""
+        live = self.live
+        still = [i for i, r in enumerate(live)
+                 if not self.reqs[r].append(drafts[i].tolist(), int(n[i]), int(next_token[i]))]
+        if self.spec:
             self.accepted_log.append({r: int(n[i]) for i, r in enumerate(live)})
-            K1 = req.k + 1
+            K1 = self.k + 1
             keep = torch.tensor(still, dtype=torch.long)
             qsl = (torch.arange(len(still) + 1) * K1).to(torch.int32)
             self.ctx = _packed(self.pool.device, req=torch.tensor([live[i] for i in still], dtype=torch.long),
                                token_ids=verify_in[keep].flatten(),
                                positions=(before[keep][:, None] + torch.arange(K1)).flatten(),
                                aux=out.aux[keep.to(out.aux.device)].reshape(-1, out.aux.shape[-1]),
-                               query_start_loc=qsl, query_end_loc=qsl[:-1] + n[keep], next_token_ids=bonus[keep])
-        req.live = [live[i] for i in still]
-        _drop(self.rows, self.pool, req.live, live)
-        self.bonus = bonus[still]
+                               query_start_loc=qsl, query_end_loc=qsl[:-1] + n[keep], next_token_ids=next_token[keep])
+        self.live = [live[i] for i in still]
+        _drop(self.rows, self.pool, self.live, live)
+        self.next_token = next_token[still]
 
     def step(self, timer: StepTimer) -> None:
         with timer("draft"):
@@ -262,20 +221,20 @@ class Batch:
 @torch.inference_mode()
 def generate_batch(target, prompts: list[list[int]], *, method: str = "peagle", drafter: Eagle3Drafter | None = None,
                    k: int = 5, max_new_tokens: int | list[int] = 128, temperature: float = 0.0,
-                   stop_at_eos: bool = True) -> BatchResult:
+                   stop_at_eos: bool = True) -> Outputs:
     """Greedy generation for a batch of prompts (token id lists) with ``method`` ar / eagle / peagle."""
     budgets, k, draft_fn = _check(target, prompts, method, drafter, k, max_new_tokens, temperature)
-    spec = draft_fn is not None
-    req = _Requests(budgets, target.eos_token_ids if stop_at_eos else (), k, spec)
-    pool = DraftPool(drafter, next(drafter.parameters()).device) if spec else None   # the drafter's side lives there
-    batch, timer = Batch(req, RaggedCache(target, len(prompts)), pool, drafter, draft_fn), StepTimer()
+    eos, t0 = target.eos_token_ids if stop_at_eos else (), time.perf_counter()
+    reqs = [Request(list(p), budget, eos, k if draft_fn else 0, started=t0) for p, budget in zip(prompts, budgets)]
+    pool = DraftPool(drafter, next(drafter.parameters()).device) if draft_fn else None  # the drafter's side lives there
+    batch, timer = Batch(RaggedCache(target, len(prompts)), pool, drafter, draft_fn, k), StepTimer()
     with sdpa_without_cudnn(target.device):      # every step has a new cache length: no per-shape cuDNN plans
         with timer("prefill"):
-            batch.prefill(prompts)
-        while req.live:
+            batch.prefill(reqs)
+        while batch.live:
             batch.step(timer)
-    return BatchResult(results=req.results(prompts), seconds=time.perf_counter() - req.t0, times=timer.times,
-                       accepted=batch.accepted_log)
+    return Outputs(results=[r.result() for r in reqs], seconds=time.perf_counter() - t0, times=timer.times,
+                   accepted=batch.accepted_log)
 
 
 def _drop(rows: RaggedCache, pool: DraftPool | None, still: list[int], live: list[int]) -> None:

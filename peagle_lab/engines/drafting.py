@@ -3,7 +3,7 @@
 Both functions take the *new context slots* since the drafter last ran: ``ctx_tokens (T,)`` and
 ``ctx_aux (T, 3H)``, aligned so that slot ``j`` pairs the target's features at position ``p_j``
 with the token at ``p_j + 1`` (the token those features predicted). The last slot therefore
-holds the freshest token (the bonus token) and predicts the first draft.
+holds the freshest token (the target's last one) and predicts the first draft.
 
 They append to the drafter cache; the engine crops the speculative slots away after verification.
 
@@ -23,7 +23,7 @@ import torch
 
 from ..drafter import DrafterCache, Eagle3Drafter
 from ..sampling import probs_from_logits, sample
-from .frame import require_parallel
+from .request import require_parallel
 
 
 @dataclass

@@ -1,11 +1,12 @@
 """Verification: accept a prefix of the drafts so the output is exactly what the target would say.
 
-Notation: ``p_i`` is the target's distribution after the bonus token and drafts ``x_1..x_i``;
+Notation: ``p_i`` is the target's distribution after its last token and drafts ``x_1..x_i``;
 ``q_i`` the distribution draft ``x_{i+1}`` was sampled from. The target scores all K+1
 positions in one forward, so ``p`` has K+1 rows.
 
 * Greedy (T = 0): accept while ``x_{i+1} == argmax p_i``; the first mismatch is replaced by the
-  target's argmax, and if all K match, ``argmax p_K`` is a free bonus token.
+  target's argmax, and if all K match, ``argmax p_K`` is one token more (vLLM's *bonus* token).
+  Either way the step ends with the target's own token, ``next_token``.
 * Sampling (T > 0): accept ``x`` with probability ``min(1, p(x)/q(x))``; on rejection draw
   from the residual ``max(0, p - q)`` renormalised. The emitted token is distributed exactly
   as ``p`` whatever ``q`` is (Leviathan et al. 2023; Chen et al. 2023).
@@ -15,7 +16,16 @@ from __future__ import annotations
 import torch
 
 from ..sampling import sample
-from .frame import accepted_prefix
+
+
+def accepted_prefix(drafts: torch.Tensor, choice: torch.Tensor) -> torch.Tensor:
+    """The greedy accept rule: ``drafts (..., K)``, the target's choices ``choice (..., K+1)`` -> ``n (...)``,
+    the number of leading drafts equal to the target's choice at their position (on their device, no sync).
+    The one copy all engines and the offline replay use.
+
+    The target's token is then ``choice[..., n]``: its correction, or the bonus token when all K matched.
+    """
+    return (drafts == choice[..., :-1]).long().cumprod(-1).sum(-1)
 
 
 def verify_greedy(draft_tokens: torch.Tensor, target_logits: torch.Tensor) -> tuple[int, int]:

@@ -5,7 +5,7 @@
 3. :func:`fill_mask_slots` puts ``fc(mask_hidden)`` into the mask slots with ``torch.where``
    (no host sync, no per-request loop);
 4. one drafter forward over the packed batch, attention kept inside each request;
-5. the drafts are read at ``new_token_indices`` (bonus slot + K-1 mask slots per request).
+5. the drafts are read at ``new_token_indices`` (next-token slot + K-1 mask slots per request).
 
 The engine's single-request :func:`peagle_lab.engines.drafting.draft_parallel` is the oracle: a batch of
 requests must draft exactly what each request drafts alone.
@@ -41,7 +41,7 @@ def request_attention_mask(query_start_loc: torch.Tensor, k: int, is_rejected: t
 
 def drafter_inputs(drafter: Eagle3Drafter, target_token_ids, target_positions, target_aux, next_token_ids,
                    query_start_loc, query_end_loc, slots: int, padding_token_id: int = 0, backend: str = "auto"):
-    """Steps 1-3: the kernel's layout with ``slots`` drafting slots per request (K for P-EAGLE: the bonus
+    """Steps 1-3: the kernel's layout with ``slots`` drafting slots per request (K for P-EAGLE: the next-token
     slot + K-1 mask slots; 1 for EAGLE-3's context pass) and the drafter's hidden input ``(T_out, H)``."""
     out = copy_and_expand_eagle_inputs(target_token_ids=target_token_ids, target_positions=target_positions,
                                        next_token_ids=next_token_ids, query_start_loc=query_start_loc,

@@ -4,12 +4,12 @@ Given a ragged batch of the target's last query tokens, build the drafter's inpu
 per request ``r`` with query ``[qsl[r], qsl[r+1])`` of which ``qel[r]`` is the last accepted
 token (``num_rejected = qsl[r+1] - 1 - qel[r]``) the output holds, with ``shift_input_ids``::
 
-    [tokens qsl+1 .. qel] [bonus] [K-1 mask ids] [padding for each rejected token]
+    [tokens qsl+1 .. qel] [next token] [K-1 mask ids] [padding for each rejected token]
 
 positions ``start_pos + j`` (0 on rejected slots), starting at output offset ``qsl[r] + r*(K-1)``;
 without shift the valid tokens are ``qsl .. qel``, the mask slots K and the offset
 ``qsl[r] + r*K``. Also returned: which slots are rejected / masked, the ``B*K`` output indices of
-the bonus and mask slots (where the drafter samples), and -- with shift -- for every input token
+the next-token and mask slots (where the drafter samples), and -- with shift -- for every input token
 the output slot its hidden state goes to.
 
 This is the "naive multi-op version a user would write": a Python loop over requests, each a
@@ -28,7 +28,7 @@ class EagleInputs:
     positions: torch.Tensor              # (T_out,) int64
     is_rejected_token_mask: torch.Tensor  # (T_out,) bool
     is_masked_token_mask: torch.Tensor   # (T_out,) bool
-    new_token_indices: torch.Tensor      # (B*K,) int32: bonus + mask slots, request-major
+    new_token_indices: torch.Tensor      # (B*K,) int32: next-token + mask slots, request-major
     hidden_state_mapping: torch.Tensor   # (T_in,) int32: input token -> output slot (shift only)
 
 

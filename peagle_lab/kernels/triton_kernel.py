@@ -2,7 +2,7 @@
 
 Same contract as :func:`peagle_lab.kernels.reference.copy_and_expand_eagle_inputs_torch` and as
 vLLM's ``copy_and_expand_eagle_inputs_kernel``: every output slot ``j`` of request ``r`` decides
-from ``j`` alone which region it is in (copied token, bonus, mask slot, rejected padding), so the
+from ``j`` alone which region it is in (copied token, the target's next token, mask slot, rejected padding), so the
 whole ragged batch is rebuilt in one launch with no host round trip.
 """
 from __future__ import annotations
@@ -39,12 +39,12 @@ def _expand_body(token_ids_ptr, positions_ptr, next_ids_ptr,
     total = n_valid + K + n_rejected
     live = j < total
     valid = j < n_valid
-    bonus = j == n_valid
+    next_slot = j == n_valid
     masked = (j > n_valid) & (j < n_valid + K)
     rejected = j >= n_valid + K
 
     ids = tl.load(token_ids_ptr + tl.minimum(src, total_input_tokens - 1), mask=valid & live, other=0)
-    ids = tl.where(bonus, tl.load(next_ids_ptr + r), ids)
+    ids = tl.where(next_slot, tl.load(next_ids_ptr + r), ids)
     ids = tl.where(masked, mask_token_id, ids)
     ids = tl.where(rejected, padding_token_id, ids)
     pos = tl.load(positions_ptr + start) + j

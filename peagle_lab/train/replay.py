@@ -8,7 +8,7 @@ to ``a + n + 1``. The drafts of anchor ``a`` are what the *training* graph compu
 over the reply gives every step at once:
 
 * the per-step accepted counts, by the engine's own accept rule
-  (:func:`~peagle_lab.engines.frame.accepted_prefix`; identical to the engine's, which ``tests`` check),
+  (:func:`~peagle_lab.engines.verify.accepted_prefix`; identical to the engine's, which ``tests`` check),
   hence AL and acceptance per position in a fraction of the engine's time;
 * the agreement per depth over *every* reply position (what a training log reports, but against the
   real next token rather than the target's best draft-vocabulary token), next to the same agreement
@@ -27,7 +27,7 @@ import torch
 
 from ..compat import check_compatible
 from ..drafter import Eagle3Drafter
-from ..engines.frame import accepted_prefix
+from ..engines.verify import accepted_prefix
 from ..stats import AcceptanceStats
 from .cod import Elements
 from .data import Sample
@@ -142,15 +142,17 @@ def replay_acceptance(target, drafter: Eagle3Drafter, prompt_ids: list[int], rep
                   sum(int(t) in vocab for t in reply.tolist()), reply.numel())
 
 
-def greedy_replies(target, prompts: list[list[int]], *, k: int, max_new_tokens: int,
-                   progress: bool = False) -> list[list[int]]:
+def greedy_replies(target, prompts: list[list[int]], *, k: int, max_new_tokens: int, progress: bool = False,
+                   engine: str = "teaching") -> list[list[int]]:
     """The target's greedy reply to each prompt, ``k + 1`` tokens past ``max_new_tokens`` and past EOS: what
-    :func:`replay_acceptance` needs to check every step's drafts (it stops at EOS as the engine does)."""
+    :func:`replay_acceptance` needs to check every step's drafts (it stops at EOS as the engine does).
+    ``engine``: which of :data:`~peagle_lab.engines.protocol.ENGINES` decodes them (all give the same tokens)."""
     from tqdm.auto import tqdm
 
-    from ..engines.teaching import generate
+    from ..engines.protocol import make_engine
 
-    return [generate(target, list(ids), method="ar", max_new_tokens=max_new_tokens + k + 1, stop_at_eos=False).tokens
+    ar = make_engine(engine, target, "ar", stop_at_eos=False)
+    return [ar.generate([list(ids)], max_new_tokens + k + 1).results[0].tokens
             for ids in tqdm(prompts, desc="greedy replies", disable=not progress)]
 
 
@@ -185,7 +187,7 @@ def evaluate_drafters(target, drafters: dict[str, Eagle3Drafter], prompts: list[
     if k < 1 or max_new_tokens < 1:
         raise ValueError(f"k and max_new_tokens must be >= 1 (got k={k}, max_new_tokens={max_new_tokens})")
     for drafter in drafters.values():                       # refuse what the engine would refuse, before any work
-        check_compatible(drafter, target, k if drafter.cfg.parallel_drafting else None)
+        check_compatible(drafter, target, k)
     results = {}
     for name, drafter in drafters.items():
         method = "peagle" if drafter.cfg.parallel_drafting else "eagle"

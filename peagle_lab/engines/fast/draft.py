@@ -5,12 +5,12 @@
 values at ``write_idx`` in preallocated buffers and hands back the whole buffer; the caller's mask
 (``slot <= position``) decides what each query sees. So the drafter math is not repeated here.
 
-One drafting step always reads ``C`` context slots, of which only the first ``ctx_n`` are real
-(``ctx_n = n + 1``: the accepted drafts and the bonus token, known only on the device). The
-``C - ctx_n`` padding slots are written to a scratch region past ``capacity`` that no query ever
+One drafting step always reads ``C`` context slots, of which only the first ``ctx_len`` are real
+(``ctx_len = n + 1``: the accepted drafts and the target's token, known only on the device). The
+``C - ctx_len`` padding slots are written to a scratch region past ``capacity`` that no query ever
 attends to, so padded and unpadded steps give the same drafts, and the shape stays fixed
-(``C = K + 1``) for CUDA-graph capture. After the step the drafter keeps the ``ctx_n`` context slots
-(``d_len += ctx_n``); draft and mask slots beyond it are stale and get overwritten next step.
+(``C = K + 1``) for CUDA-graph capture. After the step the drafter keeps the ``ctx_len`` context slots
+(``drafter_len += ctx_len``); draft and mask slots beyond it are stale and get overwritten next step.
 """
 from __future__ import annotations
 
@@ -68,50 +68,52 @@ def _forward(drafter: Eagle3Drafter, cache: StaticDrafterCache, ids, hidden, pos
     return prenorm[0], logits[0]
 
 
-def _context(cache: StaticDrafterCache, ctx_tok: torch.Tensor, ctx_n: torch.Tensor, d_len: torch.Tensor):
+def _context(cache: StaticDrafterCache, ctx_tok: torch.Tensor, ctx_len: torch.Tensor, drafter_len: torch.Tensor):
     """Where the ``C`` context slots go -> ``(positions (C,), write slots (C,), last real slot (1,))``:
-    the first ``ctx_n`` after the ``d_len`` kept ones, the padding into scratch (``C - ctx_n`` slots)."""
+    the first ``ctx_len`` after the ``drafter_len`` kept ones, the padding into scratch (``C - ctx_len`` slots)."""
     C = ctx_tok.shape[0]
     j = torch.arange(C, device=ctx_tok.device)
-    ctx_pos = d_len + j                                                      # (C,)
-    ctx_write = torch.where(j < ctx_n, ctx_pos, cache.capacity + j - ctx_n)  # padding -> scratch
-    return ctx_pos, ctx_write, ctx_n - 1                                     # the last real slot predicts draft 1
+    ctx_pos = drafter_len + j                                                      # (C,)
+    ctx_write = torch.where(j < ctx_len, ctx_pos, cache.capacity + j - ctx_len)  # padding -> scratch
+    return ctx_pos, ctx_write, ctx_len - 1                                     # the last real slot predicts draft 1
 
 
 def draft_parallel_static(drafter: Eagle3Drafter, cache: StaticDrafterCache, ctx_tok: torch.Tensor,
-                          ctx_aux: torch.Tensor, ctx_n: torch.Tensor, d_len: torch.Tensor, k: int) -> torch.Tensor:
+                          ctx_aux: torch.Tensor, ctx_len: torch.Tensor, drafter_len: torch.Tensor,
+                          k: int) -> torch.Tensor:
     """P-EAGLE: greedy drafts ``(K,)`` (target ids) from one pass over ``ctx_tok (C,)``, ``ctx_aux (C, 3H)``
-    and K-1 mask slots; advances ``d_len``.
+    and K-1 mask slots; advances ``drafter_len``.
 
-    ``ctx_n (1,)`` real context slots, ``d_len (1,)`` drafter cache length: device tensors, so this
+    ``ctx_len (1,)`` real context slots, ``drafter_len (1,)`` drafter cache length: device tensors, so this
     runs inside a CUDA graph.
     """
     C = ctx_tok.shape[0]
-    ctx_pos, ctx_write, last = _context(cache, ctx_tok, ctx_n, d_len)
+    ctx_pos, ctx_write, last = _context(cache, ctx_tok, ctx_len, drafter_len)
     m = torch.arange(k - 1, device=ctx_tok.device)
-    mask_pos = d_len + ctx_n + m                                             # (K-1,) right after the real context
+    mask_pos = drafter_len + ctx_len + m                                     # (K-1,) right after the real context
     ids = torch.cat([ctx_tok, torch.full_like(m, drafter.cfg.mask_token_id)])                   # (C+K-1,)
     hidden = torch.cat([drafter.project(ctx_aux), drafter.projected_mask_hidden().expand(k - 1, -1)])  # (C+K-1, H)
     _, logits = _forward(drafter, cache, ids, hidden, torch.cat([ctx_pos, mask_pos]), torch.cat([ctx_write, mask_pos]))
     drafts = drafter.to_target_ids(logits[torch.cat([last, C + m])].argmax(-1))   # (K,) last real slot + mask slots
-    d_len.add_(ctx_n)                                                        # keep the real context slots
+    drafter_len.add_(ctx_len)                                                        # keep the real context slots
     return drafts
 
 
 def draft_sequential_static(drafter: Eagle3Drafter, cache: StaticDrafterCache, ctx_tok: torch.Tensor,
-                            ctx_aux: torch.Tensor, ctx_n: torch.Tensor, d_len: torch.Tensor, k: int) -> torch.Tensor:
+                            ctx_aux: torch.Tensor, ctx_len: torch.Tensor, drafter_len: torch.Tensor,
+                            k: int) -> torch.Tensor:
     """EAGLE-3: greedy drafts ``(K,)`` from one context pass, then K-1 one-token passes on the previous
-    draft and its own prenorm; advances ``d_len`` (arguments as :func:`draft_parallel_static`)."""
-    ctx_pos, ctx_write, last = _context(cache, ctx_tok, ctx_n, d_len)
+    draft and its own prenorm; advances ``drafter_len`` (arguments as :func:`draft_parallel_static`)."""
+    ctx_pos, ctx_write, last = _context(cache, ctx_tok, ctx_len, drafter_len)
     prenorm, logits = _forward(drafter, cache, ctx_tok, drafter.project(ctx_aux), ctx_pos, ctx_write)
     tok = drafter.to_target_ids(logits[last].argmax(-1))                     # (1,)
     h, out = prenorm[last], [tok]                                            # (1, H)
     for i in range(k - 1):
-        pos = d_len + ctx_n + i                                              # (1,)
+        pos = drafter_len + ctx_len + i                                              # (1,)
         prenorm, logits = _forward(drafter, cache, tok, h, pos, pos)
         tok, h = drafter.to_target_ids(logits.argmax(-1)), prenorm           # (1,), (1, H)
         out.append(tok)
-    d_len.add_(ctx_n)                                                        # keep the real context slots
+    drafter_len.add_(ctx_len)                                                        # keep the real context slots
     return torch.cat(out)                                                    # (K,)
 
 

@@ -3,16 +3,16 @@
 ``generate_fast(target, prompt_ids, method=...)`` returns what :func:`peagle_lab.engines.teaching.generate`
 returns, token for token at T = 0 (the oracle tests check it). A step is
 
-1. ``draft``  -- the drafter reads the new context (accepted drafts + bonus) and proposes K tokens;
-2. ``verify`` -- the target scores ``[bonus, drafts]`` (K+1 positions), and on the device: greedy
-   choice, accepted count ``n`` (:func:`~peagle_lab.engines.frame.accepted_prefix`), next bonus,
-   next context, cache lengths;
+1. ``draft``  -- the drafter reads the new context (accepted drafts + the target's token) and proposes K tokens;
+2. ``verify`` -- the target scores ``[its last token, drafts]`` (K+1 positions), and on the device: greedy
+   choice, accepted count ``n`` (:func:`~peagle_lab.engines.verify.accepted_prefix`), the target's next
+   token, next context, cache lengths;
 3. one host sync -- ``n`` and the chosen tokens come back in one ``tolist()``.
 
 Every buffer those steps touch is allocated up front, so on CUDA each of ``draft`` and ``verify``
 is captured once per (method, K) and replayed (:class:`~peagle_lab.engines.fast.graphs.StepGraph`);
-rollback is the length counter ``t_len`` / ``d_len`` moving. AR is the same loop with K = 0 and no
-drafter (``verify`` of one token = decode). The options (cache size, capture, compile, attention,
+rollback is a cache length counter (``target_len``, ``drafter_len``) moving. AR is the same loop with K = 0
+and no drafter (``verify`` of one token = decode). The options (cache size, capture, compile, attention,
 prompt graphs) come as one resolved :class:`~peagle_lab.engines.fast.config.FastConfig`, which with
 the method, drafter and K keys the engine cache. The prompt's pass is padded to a multiple of
 ``PROMPT_BUCKET`` tokens and captured once per bucket on CUDA (``prompt_graphs``); it runs SDPA
@@ -25,17 +25,17 @@ Sampling (T > 0) is not on the fast path: it falls back to the teaching engine.
 """
 from __future__ import annotations
 
-import time
 import weakref
 
 import torch
 
 from ...device import sdpa_without_cudnn
 from ...drafter import Eagle3Drafter
-from ...stats import AcceptanceStats
 from ...target import Target
-from ..frame import SpecResult, Step, StepTimer, accepted_prefix, check_request, finish
+from ..request import Request, SpecResult, check_request
 from ..teaching import generate
+from ..timing import StepTimer
+from ..verify import accepted_prefix
 from .config import PROMPT_BUCKET, FastConfig
 from .draft import STATIC_DRAFTERS, StaticDrafterCache
 from .graphs import StepGraph, module_weight_bytes
@@ -71,9 +71,9 @@ class FastEngine:
         self.st = static_target(target, config)
         dev = self.device = target.device
         long = dict(dtype=torch.long, device=dev)
-        self.bonus = torch.zeros(1, **long)                # last emitted token, not yet in the target cache
+        self.next_token = torch.zeros(1, **long)           # the target's last token, not yet in its cache
         self.drafts = torch.zeros(K, **long)               # (K,)
-        self.t_len = torch.zeros(1, **long)                # target cache length
+        self.target_len = torch.zeros(1, **long)           # target cache length
         self.packed = torch.zeros(2 * K + 2, **long)       # host's view of a step: [n, choice (K+1), drafts (K)]
         self.arange = torch.arange(K + 1, **long)
         # The prompt's pass in fixed-shape buckets (PROMPT_BUCKET-token multiples, the tail padded), one graph each,
@@ -89,11 +89,11 @@ class FastEngine:
         self.prompt_skips_cudnn = True                     # prompt_sdpa; step_profile.py turns it off to time cuDNN
         if drafter is not None:
             self.draft_fn = STATIC_DRAFTERS[method]
-            H3 = len(target.aux_layer_ids) * target.hidden_size
-            self.ctx_tok = torch.zeros(K + 1, **long)      # (K+1,) first ctx_n are real
-            self.ctx_aux = torch.zeros(K + 1, H3, dtype=self.st.embed.dtype, device=dev)  # (K+1, 3H)
-            self.ctx_n = torch.ones(1, **long)
-            self.d_len = torch.zeros(1, **long)
+            aux_dim = len(target.aux_layer_ids) * target.hidden_size   # 3H: features from three target layers
+            self.ctx_tok = torch.zeros(K + 1, **long)      # (K+1,) first ctx_len are real
+            self.ctx_aux = torch.zeros(K + 1, aux_dim, dtype=self.st.embed.dtype, device=dev)  # (K+1, 3H)
+            self.ctx_len = torch.ones(1, **long)           # real context slots: accepted drafts + the target's token
+            self.drafter_len = torch.zeros(1, **long)      # drafter cache length
             # scratch for padding slots; slot counts kept multiples of 16 (aligned masks for fused attention)
             pad = max(PROMPT_BUCKET if self.prompt_graphs else 0, K + 1)        # a bucket's padding, a step's
             self.dcache = StaticDrafterCache(drafter, self.max_len, scratch=-(-pad // 16) * 16,
@@ -121,31 +121,31 @@ class FastEngine:
 
     # ----------------------------------------------------------------------------- the two steps
     def _draft(self) -> None:
-        self.drafts.copy_(self.draft_fn(self.drafter, self.dcache, self.ctx_tok, self.ctx_aux, self.ctx_n, self.d_len,
-                                        self.k))
+        self.drafts.copy_(self.draft_fn(self.drafter, self.dcache, self.ctx_tok, self.ctx_aux, self.ctx_len,
+                                        self.drafter_len, self.k))
 
     def _verify(self) -> None:
-        ids = torch.cat([self.bonus, self.drafts])                          # (K+1,)
-        logits, aux = self.st.forward(ids, self.t_len + self.arange, aux=self.drafter is not None)
+        ids = torch.cat([self.next_token, self.drafts])                     # (K+1,)
+        logits, aux = self.st.forward(ids, self.target_len + self.arange, aux=self.drafter is not None)
         choice = logits.argmax(-1)                                          # (K+1,) target's greedy tokens
         n = accepted_prefix(self.drafts, choice)[None]                      # (1,) accepted drafts
-        self.bonus.copy_(choice.gather(0, n))
-        self.t_len.add_(n + 1)                                              # keep old bonus + n accepted
+        self.next_token.copy_(choice.gather(0, n))
+        self.target_len.add_(n + 1)                                         # keep the last token + n accepted
         self.packed.copy_(torch.cat([n, choice, self.drafts]))
         if self.drafter is not None:                                        # next context: choice[:n+1], aux[:n+1]
             self.ctx_tok.copy_(choice)
             self.ctx_aux.copy_(aux)
-            self.ctx_n.copy_(n + 1)
+            self.ctx_len.copy_(n + 1)
 
     def _first(self, logits: torch.Tensor, aux, ctx_tok: torch.Tensor, T: torch.Tensor) -> None:
         """After the prompt's pass: the first token, and the drafter's first pass over the prompt
         (slot j: features at j, token at j+1; ``ctx_tok`` the prompt shifted, the first token last)."""
-        self.bonus.copy_(logits[-1].argmax(-1, keepdim=True))
-        self.t_len.copy_(T)
+        self.next_token.copy_(logits[-1].argmax(-1, keepdim=True))
+        self.target_len.copy_(T)
         if self.drafter is not None:
-            self.d_len.zero_()
-            ctx_tok = torch.where(self.p_arange[: ctx_tok.shape[0]] == T - 1, self.bonus, ctx_tok)
-            self.drafts.copy_(self.draft_fn(self.drafter, self.dcache, ctx_tok, aux, T, self.d_len, self.k))
+            self.drafter_len.zero_()
+            ctx_tok = torch.where(self.p_arange[: ctx_tok.shape[0]] == T - 1, self.next_token, ctx_tok)
+            self.drafts.copy_(self.draft_fn(self.drafter, self.dcache, ctx_tok, aux, T, self.drafter_len, self.k))
 
     def _prompt_step(self, bucket: int) -> None:
         """The prompt's pass at a fixed length: ``p_ids[:bucket]`` (the first ``p_len`` real, the rest
@@ -174,20 +174,24 @@ class FastEngine:
                 prompt = torch.tensor(prompt_ids, device=self.device)
                 logits, aux = self.st.forward(prompt, self.p_arange[:T], aux=self.drafter is not None)
                 self._first(logits, aux, prompt.roll(-1), torch.full_like(self.p_len, T))
-        return int(self.bonus.item())
+        return int(self.next_token.item())
 
     # ----------------------------------------------------------------------------- the loop
-    def step(self, timer: StepTimer, run: "_Run") -> None:
+    def prefill(self, req: Request) -> None:
+        self.req = req
+        req.append([], 0, self._prefill(req.prompt))
+
+    def step(self, timer: StepTimer) -> None:
         """Draft (the first drafts came with the prompt's pass), verify, one host sync, accept."""
         with timer("draft"):
-            if run.steps and self.draft is not None:
+            if self.req.steps and self.draft is not None:
                 self.draft()
         with timer("verify"):
             self.verify()
         with timer("bookkeeping"):
             out = self.packed.tolist()                                      # the step's one host sync
-            K = self.k
-            run.accept(out[0], out[1: K + 2], out[K + 2:])
+            n, K = out[0], self.k
+            self.req.append(out[K + 2:], n, out[1 + n])                     # drafts, accepted, choice[n]
 
     @torch.inference_mode()
     def generate(self, prompt_ids: list[int], max_new_tokens: int, eos: tuple[int, ...] = (),
@@ -197,30 +201,14 @@ class FastEngine:
             raise ValueError(f"prompt ({len(prompt_ids)} tokens) + max_new_tokens ({max_new_tokens}) "
                              f"+ K+1 ({self.k + 1}) = {need} exceeds the static cache of {self.max_len} positions: "
                              f"pass max_len >= {need}")
-        run = _Run(max_new_tokens, eos, AcceptanceStats(self.k) if self.drafter is not None else None)
-        timer, t0 = StepTimer(events=self.device.type == "cuda" and time_split), time.perf_counter()
+        req = Request(list(prompt_ids), max_new_tokens, eos, self.k if self.drafter is not None else 0)
+        timer = StepTimer(events=self.device.type == "cuda" and time_split)
         with timer("prefill"):
-            run.tokens, run.done = finish([self._prefill(prompt_ids)], max_new_tokens, eos)
-        while not run.done:
-            self.step(timer, run)
-        return SpecResult(tokens=run.tokens, prompt_len=len(prompt_ids), seconds=time.perf_counter() - t0,
-                          acceptance=run.stats, times=timer.times, steps=run.steps,
-                          stats={"engine": "fast", "graphs": self.verify.captured, "graph_note": self.reason,
-                                 "compiled": self.verify.compiled, "compile_s": self.compile_s})
-
-
-class _Run:
-    """One request's output on the host: tokens so far, acceptance and steps (none for AR)."""
-
-    def __init__(self, budget: int, eos: tuple[int, ...], stats: AcceptanceStats | None):
-        self.budget, self.eos, self.stats = budget, eos, stats
-        self.tokens, self.done, self.steps = [], False, []
-
-    def accept(self, n: int, choice: list[int], drafts: list[int]) -> None:
-        if self.stats is not None:                                          # AR keeps no steps, as the teaching engine
-            self.stats.record(n)
-            self.steps.append(Step(drafts, n, choice[n]))
-        self.tokens, self.done = finish(self.tokens + choice[: n + 1], self.budget, self.eos)
+            self.prefill(req)
+        while not req.done:
+            self.step(timer)
+        return req.result(timer.times, engine="fast", graphs=self.verify.captured, graph_note=self.reason,
+                          compiled=self.verify.compiled, compile_s=self.compile_s)
 
 
 _ENGINES: "weakref.WeakKeyDictionary[Target, dict]" = weakref.WeakKeyDictionary()
