@@ -84,6 +84,13 @@ class BenchSpec:
     time_budget_s: float | None = None
     hbm_bytes_per_s: float = H200_HBM_BYTES_PER_S
 
+    def __post_init__(self):
+        """Refuse what the bench cannot run where the spec is written (as FastConfig does), naming the fix;
+        ``batch_sizes`` comes out sorted, each once."""
+        self.batch_sizes = _checked_batch_sizes(self.methods, self.batch_sizes, self.temperature, self.dtype)
+        if self.engine not in ENGINES:
+            raise BenchRefused(f"unknown engine {self.engine!r}; choose from {', '.join(ENGINES)}")
+
 
 @torch.inference_mode()
 def hf_generate(target: Target, prompt_ids: list[int], max_new_tokens: int, *, temperature: float = 0.0,
@@ -365,7 +372,7 @@ def run_bench(spec: BenchSpec, fast: FastConfig = FastConfig(), *, target: Targe
     max_new_tokens + max K + 1. ``target``: an already loaded target (else ``spec.target_name``).
     """
     started = time.perf_counter()
-    batch_sizes = _checked_batch_sizes(spec.methods, spec.batch_sizes, spec.temperature, spec.dtype)
+    batch_sizes = spec.batch_sizes
     target = target or Target.load(spec.target_name, dtype=DTYPES[spec.dtype], device=resolve_device(spec.device))
     engine = _engine_for(spec, fast, target)
     drafters = _load_drafters(spec, target)

@@ -149,8 +149,8 @@ def test_the_cycle_finder():
 
 def test_the_graph_sees_relative_and_function_level_imports():
     graph = import_graph()
-    assert "peagle_lab.engines.teaching" in graph["peagle_lab.cli"]          # imported inside a function
-    assert "peagle_lab.train.replay" in graph["peagle_lab.cli"]              # imported inside cmd_eval
+    assert "peagle_lab.engines.teaching" in graph["peagle_lab.cli.generate"]  # imported inside a function
+    assert "peagle_lab.train.replay" in graph["peagle_lab.cli.evaluate"]      # imported inside run
     assert "peagle_lab.target" in graph["peagle_lab.engines.teaching"]       # a relative import two levels up
     assert "peagle_lab.train.loss" in graph["peagle_lab.train.replay"]       # from .loss import ...
     assert "peagle_lab.kernels" in graph["peagle_lab.kernels.batched"]       # from . import copy_and_expand...

@@ -107,6 +107,19 @@ def serving_defaults(cuda: bool, methods) -> dict:
                 model_runner="v1" if "peagle" in methods else "auto")
 
 
+def serving_settings(methods, device: str = "auto", **given) -> dict:
+    """The sweep's server settings: :func:`serving_defaults` for ``device`` (``auto``: CUDA when torch sees a
+    GPU), with every setting ``given`` that is not None over them -- what the CLI and a notebook both get.
+
+    >>> serving_settings(["ar"], "cpu", dtype="bfloat16")["dtype"], serving_settings(["ar"], "cpu")["enforce_eager"]
+    ('bfloat16', True)
+    """
+    import torch
+
+    cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available())
+    return {**serving_defaults(cuda, methods), **{k: v for k, v in given.items() if v is not None}}
+
+
 def validate(methods, ks, concurrency, num_prompts: int, max_new_tokens: int) -> None:
     """Refuse bad sweep settings with a message naming the fix."""
     bad = [m for m in methods if m not in VLLM_METHODS]
@@ -226,13 +239,17 @@ def run_loads(server: VLLMServer, *, dataset: Path, num_prompts: int, max_new_to
 
 
 def sweep_plan(*, methods, ks, target: str | None = None, eagle_drafter: str | None = None,
-               peagle_drafter: str | None = None, dtype: str = "float32", max_model_len: int = 2048,
-               enforce_eager: bool = True, memory_fraction: float = 0.35,
-               model_runner: str = "auto") -> tuple[str, list]:
+               peagle_drafter: str | None = None, dtype: str | None = None, max_model_len: int = 2048,
+               enforce_eager: bool | None = None, memory_fraction: float | None = None,
+               model_runner: str | None = None, device: str = "auto") -> tuple[str, list]:
     """(target, [((method, K), ServeConfig), ...]): one vLLM server per configuration, in run order.
 
-    Starts nothing and downloads nothing: ``serve_command(cfg, port)`` gives each server's command.
+    Starts nothing and downloads nothing: ``serve_command(cfg, port)`` gives each server's command. Settings
+    left None take the device's defaults (:func:`serving_settings`).
     """
+    server = serving_settings(methods, device, dtype=dtype, enforce_eager=enforce_eager,
+                              memory_fraction=memory_fraction, model_runner=model_runner)
+    server.pop("startup_timeout")
     from ..assets import smollm2_dir
     from ..bench import resolve_drafter
 
@@ -242,22 +259,24 @@ def sweep_plan(*, methods, ks, target: str | None = None, eagle_drafter: str | N
                                 "Hugging Face id (owner/name); pass --target with what vLLM should serve")
     drafters = {m: resolve_drafter(m, path, target is None) for m, path in
                 (("eagle", eagle_drafter), ("peagle", peagle_drafter)) if m in methods}
-    plan = [((m, k), ServeConfig(target=target_dir, method=m, drafter=drafters.get(m), k=k or 1, dtype=dtype,
-                                 max_model_len=max_model_len, enforce_eager=enforce_eager,
-                                 memory_fraction=memory_fraction, model_runner=model_runner))
+    plan = [((m, k), ServeConfig(target=target_dir, method=m, drafter=drafters.get(m), k=k or 1,
+                                 max_model_len=max_model_len, **server))
             for m in methods for k in (ks if m != "ar" else [None])]
     return target_dir, plan
 
 
 def run_vllm_bench(*, methods, ks, concurrency, prompts: str, num_prompts: int, max_new_tokens: int,
-                   temperature: float = 0.0, dtype: str = "float32", target: str | None = None,
-                   eagle_drafter: str | None = None, peagle_drafter: str | None = None, enforce_eager: bool = True,
-                   max_model_len: int = 2048, workdir: str | None = None, seed: int = 0, progress: bool = True,
-                   spread: bool = False, memory_fraction: float = 0.35, model_runner: str = "auto",
-                   startup_timeout: float = 600.0) -> dict:
+                   temperature: float = 0.0, dtype: str | None = None, target: str | None = None,
+                   eagle_drafter: str | None = None, peagle_drafter: str | None = None,
+                   enforce_eager: bool | None = None, max_model_len: int = 2048, workdir: str | None = None,
+                   seed: int = 0, progress: bool = True, spread: bool = False, memory_fraction: float | None = None,
+                   model_runner: str | None = None, startup_timeout: float | None = None,
+                   device: str = "auto") -> dict:
     """Run the sweep and return the JSON-ready result (``{"results": [...], ...}``).
 
-    ``target`` and the drafters are local folders or Hugging Face ids (``openai/gpt-oss-20b``)."""
+    ``target`` and the drafters are local folders or Hugging Face ids (``openai/gpt-oss-20b``). The server
+    settings left None (``dtype``, ``enforce_eager``, ``memory_fraction``, ``model_runner``,
+    ``startup_timeout``) take ``device``'s defaults (:func:`serving_settings`; a GPU: bf16, CUDA graphs)."""
     from transformers import AutoTokenizer
 
     from ..prompts import load_prompts
@@ -266,10 +285,13 @@ def run_vllm_bench(*, methods, ks, concurrency, prompts: str, num_prompts: int, 
     validate(methods, ks, concurrency, num_prompts, max_new_tokens)
     if importlib.util.find_spec("vllm") is None:
         raise RuntimeError(f"vLLM is not installed; {VLLM_INSTALL}")
+    server = serving_settings(methods, device, dtype=dtype, enforce_eager=enforce_eager,
+                              memory_fraction=memory_fraction, model_runner=model_runner,
+                              startup_timeout=startup_timeout)
+    dtype, enforce_eager, model_runner = server["dtype"], server["enforce_eager"], server["model_runner"]
     target_dir, plan = sweep_plan(methods=methods, ks=ks, target=target, eagle_drafter=eagle_drafter,
-                                  peagle_drafter=peagle_drafter, dtype=dtype, max_model_len=max_model_len,
-                                  enforce_eager=enforce_eager, memory_fraction=memory_fraction,
-                                  model_runner=model_runner)
+                                  peagle_drafter=peagle_drafter, max_model_len=max_model_len, device=device,
+                                  **{k: v for k, v in server.items() if k != "startup_timeout"})
     for (m, k), cfg in plan:                   # refuse a mismatched drafter before any server starts
         if m != "ar":
             check_drafter_config(cfg.drafter, target_dir, m, k)
@@ -292,7 +314,7 @@ def run_vllm_bench(*, methods, ks, concurrency, prompts: str, num_prompts: int, 
     bar = tqdm(total=len(plan) * len(concurrency), desc="vllm-bench runs", disable=not progress, file=sys.stderr)
     for (method, k), cfg in plan:
         bar.set_postfix_str(f"starting vLLM: {method}" + (f" K={k}" if k else ""))
-        with VLLMServer(cfg, startup_timeout=startup_timeout,
+        with VLLMServer(cfg, startup_timeout=server["startup_timeout"],
                         log_path=str(work / f"server-{method}-k{k or 0}.log")) as server:
             # warm-up, untimed, before any counter read: every prompt once at the top concurrency, short replies.
             # On a GPU the first requests compile kernels for each new prefill length (the parallel drafter's

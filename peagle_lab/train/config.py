@@ -42,6 +42,17 @@ class TrainConfig:
     learn_mask_embedding: bool = True   # P-EAGLE: the mask token's embedding row is trained (the paper's Table 5)
     hidden_noise: float = 0.0           # uniform noise in [-a, a] on the target's features in training (not eval)
 
+    def __post_init__(self):
+        """Refuse a value no run can train with where the config is written (as ``FastConfig`` does), naming what
+        the setting accepts (:data:`BOUNDS`, :data:`CHOICES`)."""
+        for key, (kind, optional) in field_types(TrainConfig).items():
+            value = getattr(self, key)
+            if value is None or (key not in BOUNDS and key not in CHOICES):
+                continue
+            bad = value not in CHOICES[key] if key in CHOICES else not in_bounds(value, *BOUNDS[key])
+            if bad:
+                raise ValueError(f"{key}={value}: expected {allowed(key, kind)}")
+
     @classmethod
     def preset(cls, name: str, **overrides) -> "TrainConfig":
         """The recipe ``name`` ("peagle" or "eagle") of README's GPU section, with ``overrides`` on top.
@@ -105,6 +116,11 @@ def field_types(cls: type) -> dict[str, tuple[type, bool]]:
     return out
 
 
+def in_bounds(value, lo, hi, lo_open: bool) -> bool:
+    """Whether ``value`` is finite and within ``lo``..``hi`` (``lo`` excluded when ``lo_open``; None: no bound)."""
+    return math.isfinite(value) and value >= lo and not (lo_open and value == lo) and (hi is None or value <= hi)
+
+
 def parse_value(key: str, text: str, kind: type, optional: bool = False):
     """``text`` as the value of setting ``key`` of type ``kind``; ValueError naming what it accepts.
 
@@ -129,8 +145,7 @@ def parse_value(key: str, text: str, kind: type, optional: bool = False):
         raise ValueError(f"{key}={text}: expected {want}") from None
     bad = key in CHOICES and value not in CHOICES[key]
     if key in BOUNDS and not bad:
-        lo, hi, lo_open = BOUNDS[key]
-        bad = not math.isfinite(value) or value < lo or (lo_open and value == lo) or (hi is not None and value > hi)
+        bad = not in_bounds(value, *BOUNDS[key])
     if bad:
         raise ValueError(f"{key}={text}: expected {want}")
     return value
