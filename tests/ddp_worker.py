@@ -20,8 +20,8 @@ sys.path[:0] = [str(HERE), str(HERE.parent)]     # this tree's tests and package
 from helpers import learnable_samples, tiny_target  # noqa: E402
 
 import peagle_lab.train.trainer as trainer_module  # noqa: E402
-from peagle_lab.train.trainer import (TrainConfig, Trainer, finish_distributed, init_distributed,  # noqa: E402
-                                      rank_and_world)
+from peagle_lab.train.distributed import finish_distributed, init_distributed, rank_and_world  # noqa: E402
+from peagle_lab.train.trainer import TrainConfig, Trainer  # noqa: E402
 from peagle_lab.train.vocab import build_draft_vocab, token_counts  # noqa: E402
 
 out, run_dir, method = sys.argv[1], Path(sys.argv[2]), sys.argv[3]

@@ -204,7 +204,8 @@ def test_a_pool_that_ends_before_the_time_still_ends_the_cosine(tmp_path):
     from helpers import learnable_samples, tiny_target
 
     from peagle_lab.train.config import TrainConfig
-    from peagle_lab.train.trainer import Trainer, lr_factor
+    from peagle_lab.train.schedule import lr_factor
+    from peagle_lab.train.trainer import Trainer
     from peagle_lab.train.vocab import build_draft_vocab, token_counts
 
     ds = _module()

@@ -291,7 +291,7 @@ def test_feature_noise_of_a_conversation_does_not_depend_on_the_process_that_pac
 def test_init_distributed_picks_backend_and_gpu_and_names_the_fix(monkeypatch):
     """NCCL with a GPU per process by default on CUDA, gloo on CPUs; PEAGLE_DIST_BACKEND=gloo lets processes
     share a GPU (rank r on GPU r % count); more processes than GPUs under NCCL fails naming both fixes."""
-    import peagle_lab.train.trainer as T
+    import peagle_lab.train.distributed as T
 
     calls = []
     monkeypatch.setattr(T.dist, "init_process_group", lambda backend, **kw: calls.append((backend, kw)))
@@ -431,3 +431,25 @@ def test_time_budget_shortens_the_run_without_changing_the_config(tmp_path):
     assert t.cfg.steps == 40
     assert t.step == t.total_steps == 14
     assert abs(t.history[-1]["lr"] - 0.1 * t.cfg.lr) < 1e-12  # the schedule reached its floor at the fitted end
+
+
+def test_run_hooks_stop_refit_and_grow_the_pool_without_private_state(tmp_path):
+    """A study is a caller of run(): until() stops before a step, on_step() after one (False stops), plan() moves
+    the cosine's end (the schedule reaches its floor there), add_samples() grows the pool behind the order."""
+    t = _trainer(tmp_path / "a", "eagle", steps=100)
+    seen = []
+
+    def after(trainer, row):
+        seen.append(trainer.step)
+        if trainer.step == 2:
+            trainer.plan(5)                                # e.g. the time left holds 3 more steps
+        return trainer.step < 5
+    t.run(progress=False, on_step=after)
+    assert seen == [1, 2, 3, 4, 5] and t.step == t.total_steps == 5 and t.cfg.steps == 100
+    assert t.history[-1]["lr"] == pytest.approx(0.1 * t.cfg.lr)      # the floor, at the refitted end
+    grown = _trainer(tmp_path / "b", "eagle", steps=100)
+    before = list(grown.order)
+    grown.add_samples(learnable_samples(n=6, seed=9))
+    assert grown.order[: len(before)] == before and sorted(grown.order[len(before):]) == list(range(12, 18))
+    grown.run(progress=False, until=lambda: grown.step >= 2)
+    assert grown.step == 2

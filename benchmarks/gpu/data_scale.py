@@ -32,7 +32,6 @@ import signal
 import subprocess
 import sys
 import time
-import warnings
 from pathlib import Path
 
 MILESTONES_M = (2, 5, 10, 20, 35, 50, 75, 100)      # reply tokens seen, millions
@@ -209,11 +208,18 @@ def shard_tokens_one(path: Path) -> int:
     return sum(s["ids"].numel() - int(s["prompt_len"]) for s in torch.load(path, weights_only=True))
 
 
-RECIPES = {   # the shipped pair's shapes (P-EAGLE one layer deeper: the paper's 4), same data, same steps
-    "peagle": dict(method="peagle", num_layers=4, intermediate_size=256, max_depth=8, cod_ratio=0.8,
-                   hidden_noise=0.05),
-    "eagle": dict(method="eagle", num_layers=1, intermediate_size=1024),
-}
+# The README's recipes (TrainConfig.PRESETS: P-EAGLE 4 layers, COD 0.8, feature noise 0.05; EAGLE-3 one layer) at
+# the shipped pair's widths, on the same data for the same steps.
+WIDTH = {"peagle": 256, "eagle": 1024}
+
+
+def recipe(method: str, args, **settings):
+    """The run's TrainConfig of ``method``: its preset at the shipped width, a 4,096-token draft vocabulary, one
+    pass in length-grouped batches of ``--batch-size``; ``settings`` on top."""
+    from peagle_lab.train.config import TrainConfig
+
+    return TrainConfig.preset(method, intermediate_size=WIDTH[method], draft_vocab_size=4096,
+                              batch_size=args.batch_size, max_len=768, lr=1e-3, warmup_steps=100, seed=0, **settings)
 
 
 # GPU memory, GiB. The trainers' peaks: torch's, one process alone, at batch 64 of ShareGPT-like lengths longer
@@ -346,7 +352,6 @@ class MemorySampler:
 
 def stage_train(args, out: Path, method: str) -> None:
     from peagle_lab.target import Target
-    from peagle_lab.train.config import TrainConfig
     from peagle_lab.train.data import load_samples
     from peagle_lab.train.trainer import Trainer
     from peagle_lab.train.vocab import build_draft_vocab, token_counts
@@ -354,10 +359,8 @@ def stage_train(args, out: Path, method: str) -> None:
     work = Path(args.work)
     target = Target.load(device=DEVICE)
     samples = [x for d in sorted(work.glob("data*")) if any(d.glob("shard-*.pt")) for x in load_samples(d)]
-    cfg = TrainConfig(**RECIPES[method], draft_vocab_size=4096, batch_size=args.batch_size, max_len=768, lr=1e-3,
-                      warmup_steps=100, checkpoint_every=200, group_by_length=True, seed=0,
-                      steps=math.ceil(len(samples) / args.batch_size),
-                      micro_batches=args.micro_batches or plan_for(args, "train")["micro"])
+    cfg = recipe(method, args, checkpoint_every=200, steps=math.ceil(len(samples) / args.batch_size),
+                 micro_batches=args.micro_batches or plan_for(args, "train")["micro"])
     ids, coverage = build_draft_vocab(token_counts(samples, target.vocab_size), 4096)
     trainer = Trainer(target, samples, cfg, work / f"run-{method}", ids)
     # reply tokens (inside max_len) seen after each sample of the one-pass order
@@ -367,32 +370,24 @@ def stage_train(args, out: Path, method: str) -> None:
         seen.append(seen[-1] + reply[i])
     marks = [m * 10**6 for m in MILESTONES_M if m * 10**6 <= seen[-1]]
     log(f"{method}: {len(samples)} samples, {seen[-1]} reply tokens, {cfg.steps} steps planned, milestones {marks}")
-    rows, t0, total = [], time.perf_counter(), cfg.steps
-    deadline = t0 + args.train_s
-    while trainer.step < total:
-        row = trainer.train_step()
+    rows, t0 = [], time.perf_counter()
+
+    def export_at_milestones(trainer, row: dict) -> None:
         step = trainer.step
-        if step == 13:
-            t_warm = time.perf_counter()
-        if step > 13 and (step - 13) % 100 == 0:               # fit the cosine to the time left
-            per = (time.perf_counter() - t_warm) / (step - 13)
-            left = int((deadline - time.perf_counter()) / per)
-            total = trainer.total_steps = max(step + 1, min(cfg.steps, step + left))
         tokens = seen[min(len(seen) - 1, step * cfg.batch_size)]
         due = [m for m in marks if tokens >= m and m not in {r["milestone"] for r in rows}]
-        if due or step == total:
+        if due or step == trainer.total_steps:
             name = f"{method}-{tokens / 1e6:.1f}M"
             path = trainer.export(work / "exports" / name, overwrite=True)
             rows.append({"method": method, "milestone": due[-1] if due else tokens, "reply_tokens": tokens,
-                         "steps": step, "planned_steps": total, "lr_factor": trainer.sched.get_last_lr()[0] / cfg.lr,
+                         "steps": step, "planned_steps": trainer.total_steps, "lr_factor": row["lr"] / cfg.lr,
                          "loss": row["loss"], "acc_per_depth": row["acc_per_depth"], "drafter": str(path),
                          "seconds": round(time.perf_counter() - t0, 1)})
             log(f"{method}: export {name} at step {step} ({tokens} reply tokens)")
-            write_json({"config": {**cfg.__dict__, "steps": total}, "coverage": coverage, "rows": rows,
+            write_json({"config": {**cfg.__dict__, "steps": trainer.total_steps}, "coverage": coverage, "rows": rows,
                         "samples": len(samples), "reply_tokens": seen[-1]}, out / f"train_{method}.json")
-        if step % 200 == 0:
-            trainer.save_checkpoint()
-    trainer.save_checkpoint()
+
+    trainer.run(progress=False, time_budget_s=args.train_s, on_step=export_at_milestones)   # cosine fits the time
 
 
 class TurnFiles:
@@ -420,14 +415,81 @@ class TurnFiles:
         return new
 
 
-def grow(trainer, new: list) -> None:
-    """Append ``new`` samples behind every one already in ``trainer``'s pool, in the trainer's own
-    length-grouped order: the pass stays one pass (no index comes twice) while the pool grows."""
-    from peagle_lab.train.trainer import sample_order
+class Stream:
+    """What :func:`stream_train` keeps between steps, as the two hooks of ``Trainer.run``: :meth:`ready` before each
+    step (read new turn files, grow the pool, wait for a whole batch; False: the time or the pool is spent) and
+    :meth:`after` each step (count its reply tokens, refit the cosine, export at milestones, save)."""
 
-    base = len(trainer.samples)
-    trainer.samples.extend(new)
-    trainer.order.extend(base + i for i in sample_order(new, trainer.cfg))
+    def __init__(self, trainer, files: TurnFiles, *, done, deadline: float, marks: list[int], export,
+                 poll_every: int, wait_s: float, seen: int, save, save_every_s: float, skip, micro_after: int,
+                 micro_after_s: float):
+        self.trainer, self.files, self.done, self.deadline, self.marks = trainer, files, done, deadline, marks
+        self.export, self.poll_every, self.wait_s, self.seen, self.save = export, poll_every, wait_s, seen, save
+        self.save_every_s, self.skip, self.micro_after, self.micro_after_s = save_every_s, skip, micro_after, \
+            micro_after_s
+        self.first = self.last_fit = trainer.step
+        self.last_export = None
+        self.timed = None               # (time, step) the step time is measured from: after the first step, and
+        self.last_save, self.final, self.switch_at = time.perf_counter(), False, None   # again when the engines stop
+        self.refit_at = None            # the step a fresh measure is first used at (20 steps after it starts)
+        self.per = None                 # seconds a step; a new measure counts from 20 steps (the first: 1)
+
+    def fit(self) -> None:              # the cosine's end: the time left, or the pool left once it is final
+        from peagle_lab.train.schedule import steps_that_fit
+
+        t = self.trainer
+        if self.timed is not None and t.step - self.timed[1] >= (20 if self.per else 1):
+            self.per = (time.perf_counter() - self.timed[0]) / (t.step - self.timed[1])
+        pool_end = len(t.order) // t.cfg.batch_size if self.final else None
+        if self.per or pool_end is not None:
+            t.plan(steps_that_fit(t.step, self.per, self.deadline - time.perf_counter(), pool_end))
+
+    def ready(self) -> bool:
+        """Poll for data; wait until the next batch is whole -> True, or False when time or data are spent."""
+        t, b = self.trainer, self.trainer.cfg.batch_size
+        while time.perf_counter() < self.deadline:
+            poll = t.step % self.poll_every == 0 or (t.step + 1) * b > len(t.order)
+            if poll or not self.final:
+                final_now = not self.final and self.done()   # asked before reading: files written before it are read
+                if poll or final_now:
+                    new = [x for x in self.files.fresh() if not self.skip or sample_key(x) not in self.skip]
+                    if new:
+                        t.add_samples(new)
+                if final_now:
+                    self.final = True
+                    if 0 < self.micro_after < t.micro_batches:
+                        self.switch_at = time.perf_counter() + self.micro_after_s
+                    self.fit()                          # from the step time so far; then timed from here on
+                    if self.timed is not None:
+                        self.timed, self.refit_at = (time.perf_counter(), t.step), t.step + 20
+            if self.switch_at is not None and time.perf_counter() >= self.switch_at:
+                log(f"engines done: each step in {self.micro_after} micro-batch(es), not {t.micro_batches}")
+                t.micro_batches, self.switch_at = self.micro_after, None
+                if self.timed is not None:
+                    self.timed, self.refit_at = (time.perf_counter(), t.step), t.step + 20
+            if (t.step + 1) * b <= len(t.order):
+                return True
+            if self.final:                                  # the next batch would reach past the spent pool
+                return False
+            time.sleep(self.wait_s)
+        return False
+
+    def after(self, trainer, row: dict) -> None:
+        t = self.trainer
+        self.seen += sum(max(0, min(x.ids.numel(), t.cfg.max_len) - x.prompt_len) for x in t.batch_for(t.step - 1))
+        if self.timed is None:
+            self.timed = (time.perf_counter(), t.step)
+        elif t.step - self.last_fit >= (50 if self.last_fit > self.first else 2) or t.step == self.refit_at:
+            self.fit()                          # the time (or pool) left: at once (a resumed cosine must not run
+            self.last_fit = t.step              # towards a placeholder end), then every 50 steps and 20 steps
+                                                # after the step time is measured afresh
+        while self.marks and self.seen >= self.marks[0]:
+            self.marks.pop(0)
+            self.export(self.seen, t.step)
+            self.last_export = t.step
+        if self.save is not None and time.perf_counter() - self.last_save >= self.save_every_s:
+            self.save(self.seen)
+            self.last_save = time.perf_counter()
 
 
 def stream_train(trainer, files: TurnFiles, *, done, deadline: float, marks: list[int], export,
@@ -443,70 +505,15 @@ def stream_train(trainer, files: TurnFiles, *, done, deadline: float, marks: lis
     ``micro_after``: the micro-batches from ``micro_after_s`` seconds after ``done()`` holds (time for the engines'
     processes to give their memory back), when fewer than the trainer takes beside them: the same gradient, fewer
     passes a step. Returns the reply tokens seen, earlier windows included."""
-    cfg, b = trainer.cfg, trainer.cfg.batch_size
-    first, last_fit, last_export = trainer.step, trainer.step, None
-    timed = None                        # (time, step) the step time is measured from: after the first step, and
-    last_save, final, switch_at = time.perf_counter(), False, None     # again when the engines stop (faster steps)
-    refit_at = None                     # the step a fresh measure is first used at (20 steps after it starts)
-
-    per = None                          # seconds a step; a new measure counts from 20 steps (the first: 1)
-
-    def fit() -> None:                  # the cosine's end: the time left, or the pool left once it is final
-        nonlocal per
-        ends = [len(trainer.order) // b] if final else []
-        if timed is not None and trainer.step - timed[1] >= (20 if per else 1):
-            per = (time.perf_counter() - timed[0]) / (trainer.step - timed[1])
-        if per:
-            ends.append(trainer.step + max(1, int((deadline - time.perf_counter()) / per)))
-        if ends:
-            trainer.total_steps = max(trainer.step + 1, min(ends))
-
-    while time.perf_counter() < deadline:
-        poll = trainer.step % poll_every == 0 or (trainer.step + 1) * b > len(trainer.order)
-        if poll or not final:
-            final_now = not final and done()        # asked before reading: files written before it are read now
-            if poll or final_now:
-                new = [x for x in files.fresh() if not skip or sample_key(x) not in skip]
-                if new:
-                    grow(trainer, new)
-            if final_now:
-                final = True
-                if 0 < micro_after < trainer.micro_batches:
-                    switch_at = time.perf_counter() + micro_after_s
-                fit()                               # from the step time so far; then timed from here on
-                if timed is not None:
-                    timed, refit_at = (time.perf_counter(), trainer.step), trainer.step + 20
-        if switch_at is not None and time.perf_counter() >= switch_at:
-            log(f"engines done: each step in {micro_after} micro-batch(es), not {trainer.micro_batches}")
-            trainer.micro_batches, switch_at = micro_after, None
-            if timed is not None:
-                timed, refit_at = (time.perf_counter(), trainer.step), trainer.step + 20
-        if (trainer.step + 1) * b > len(trainer.order):      # the next batch would reach past the pool
-            if final:
-                break
-            time.sleep(wait_s)
-            continue
-        batch = [trainer.samples[i] for i in trainer.order[trainer.step * b:(trainer.step + 1) * b]]
-        trainer.train_step()
-        seen += sum(max(0, min(x.ids.numel(), cfg.max_len) - x.prompt_len) for x in batch)
-        if timed is None:
-            timed = (time.perf_counter(), trainer.step)
-        elif trainer.step - last_fit >= (50 if last_fit > first else 2) or trainer.step == refit_at:
-            fit()                                  # the time (or pool) left: at once (a resumed cosine must not run
-            last_fit = trainer.step                # towards a placeholder end), then every 50 steps and 20 steps
-                                                   # after the step time is measured afresh
-        while marks and seen >= marks[0]:
-            marks.pop(0)
-            export(seen, trainer.step)
-            last_export = trainer.step
-        if save is not None and time.perf_counter() - last_save >= save_every_s:
-            save(seen)
-            last_save = time.perf_counter()
-    if last_export != trainer.step:                            # the end, unless a milestone just exported it
-        export(seen, trainer.step)
+    stream = Stream(trainer, files, done=done, deadline=deadline, marks=marks, export=export, poll_every=poll_every,
+                    wait_s=wait_s, seen=seen, save=save, save_every_s=save_every_s, skip=skip,
+                    micro_after=micro_after, micro_after_s=micro_after_s)
+    trainer.run(progress=False, until=lambda: not stream.ready(), on_step=stream.after)
+    if stream.last_export != trainer.step:                     # the end, unless a milestone just exported it
+        export(stream.seen, trainer.step)
     if save is not None:
-        save(seen)
-    return seen
+        save(stream.seen)
+    return stream.seen
 
 
 def sample_key(sample) -> int:
@@ -600,11 +607,11 @@ def continue_from(trainer, state: dict) -> None:
     import torch
 
     from peagle_lab.train.data import target_difference
-    from peagle_lab.train.trainer import lr_factor
+    from peagle_lab.train.provenance import config_diff
 
     problems = []
     if "config" in state:
-        diff = trainer._config_diff(state["config"])
+        diff = config_diff(trainer.cfg, state["config"])
         problems += [f"another training recipe (differs in {', '.join(diff)})"] if diff else []
     shape = [k for k in ("num_layers", "intermediate_size")
              if getattr(trainer.cfg, k) is not None and getattr(trainer.drafter.cfg, k) != getattr(trainer.cfg, k)]
@@ -618,16 +625,7 @@ def continue_from(trainer, state: dict) -> None:
     if "drafter" in state:
         trainer.drafter.load_state_dict(state["drafter"])
         trainer.opt.load_state_dict(state["opt"])
-    start, cfg = int(state["step"]), trainer.cfg
-    trainer.step = start
-    trainer.history = [*state.get("history", []), *trainer.history]   # the export's training.json: the whole run
-    trainer.order = [None] * (start * cfg.batch_size) + trainer.order
-    trainer.sched.lr_lambdas[0] = lambda s: (lr_factor(s, cfg.warmup_steps, trainer.total_steps)
-                                             * min(1.0, (s - start + 1) / cfg.warmup_steps))
-    trainer.sched.last_epoch = start - 1
-    with warnings.catch_warnings():                     # no optimiser step yet in this process: expected here
-        warnings.simplefilter("ignore", UserWarning)
-        trainer.sched.step()
+    trainer.start_at(int(state["step"]), state.get("history", []))   # the export's training.json: the whole run
 
 
 def stage_stream(args, out: Path, method: str) -> None:
@@ -639,7 +637,6 @@ def stage_stream(args, out: Path, method: str) -> None:
 
     from peagle_lab.atomic import atomic_file
     from peagle_lab.target import Target
-    from peagle_lab.train.config import TrainConfig
     from peagle_lab.train.trainer import Trainer
     from peagle_lab.train.vocab import build_draft_vocab, token_counts
 
@@ -656,9 +653,8 @@ def stage_stream(args, out: Path, method: str) -> None:
     while not samples and time.perf_counter() - t0 < args.train_s / 2:   # no carried data: the first turn files
         time.sleep(10)
         samples = [x for x in files.fresh() if sample_key(x) not in skip]
-    cfg = TrainConfig(**RECIPES[method], draft_vocab_size=4096, batch_size=args.batch_size, max_len=768, lr=1e-3,
-                      warmup_steps=100, checkpoint_every=10**9, group_by_length=True, seed=0, steps=10**6,
-                      micro_batches=args.micro_batches or plan_for(args, "stream")["micro"])
+    cfg = recipe(method, args, checkpoint_every=10**9, steps=10**6,
+                 micro_batches=args.micro_batches or plan_for(args, "stream")["micro"])
     if state:
         ids, coverage = state["draft_ids"], None
     else:

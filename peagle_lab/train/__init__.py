@@ -7,7 +7,11 @@
   the sequence-partitioning plan;
 * :mod:`.features`  -- the target's features and logits for a batch, computed online;
 * :mod:`.loss`      -- the drafter's loss on one sequence, single pass or partitioned;
-* :mod:`.trainer`   -- the loop: optimiser, checkpoint/resume, validation AL, export.
+* :mod:`.trainer`   -- the loop: optimiser, checkpoint/resume, validation AL, export; ``run(until=...,
+  on_step=...)`` hooks for a study's deadline, milestone exports and a growing data pool;
+* :mod:`.schedule`  -- the learning rate (warm-up, cosine) and the one rule that refits its end;
+* :mod:`.provenance` -- what a run is made from, and whether a checkpoint is this run's to resume;
+* :mod:`.distributed` -- several processes under torchrun: the group, each one's GPU, summed gradients.
 
 Evaluation (greedy decoding replayed over known replies: the engine's acceptance from one
 training-graph pass) is :mod:`peagle_lab.train.replay`; the trainer's validation AL uses it.

@@ -47,8 +47,8 @@ class TrainConfig:
         the setting accepts (:data:`BOUNDS`, :data:`CHOICES`)."""
         for key, (kind, optional) in field_types(TrainConfig).items():
             value = getattr(self, key)
-            if value is None or (key not in BOUNDS and key not in CHOICES):
-                continue
+            if value is None or key == "micro_batches" or (key not in BOUNDS and key not in CHOICES):
+                continue                        # micro_batches: the trainer names its range (batch / processes)
             bad = value not in CHOICES[key] if key in CHOICES else not in_bounds(value, *BOUNDS[key])
             if bad:
                 raise ValueError(f"{key}={value}: expected {allowed(key, kind)}")

@@ -2,9 +2,12 @@
 
 The target is frozen, so its features and logits are computed online, without gradient, for each
 batch: conversations are padded into one target pass and packed back into a single sequence
-(:class:`~peagle_lab.train.loss.SeqData`, conversation ids in ``.doc``).
+(:class:`~peagle_lab.train.loss.SeqData`, conversation ids in ``.doc``). In training,
+:func:`with_feature_noise` blurs those features a little.
 """
 from __future__ import annotations
+
+from dataclasses import replace
 
 import torch
 
@@ -41,3 +44,26 @@ def target_batch(target, samples: list[Sample], draft_ids: torch.Tensor, max_len
     keep = attn.bool().to(target.device)
     tokens, sup, doc = packed_layout(samples, max_len)
     return SeqData(tokens.to(target.device), aux[keep], logits[keep], sup.to(target.device), doc.to(target.device))
+
+
+def with_feature_noise(data: SeqData, amplitude: float, seed: int, global_ids: list[int] | None = None) -> SeqData:
+    """``data`` with uniform noise in ``[-amplitude, amplitude]`` added to the target's features (training only:
+    the drafter learns not to lean on exact feature values, which differ a little at inference -- another
+    dtype, a batched kernel, or its own earlier drafts). Seeded per step, so a resumed run repeats it.
+
+    With ``global_ids`` (the packed conversations' indices in the global batch, in ``data.doc`` order),
+    each conversation's noise comes from a generator of its own, seeded by ``(seed, its index)``: the
+    noise a conversation gets does not depend on which process packs it (a step under torchrun equals
+    the single-process step)."""
+    device = data.aux.device
+    if global_ids is None:
+        g = torch.Generator(device=device).manual_seed(seed)
+        noise = torch.rand(data.aux.shape, generator=g, device=device, dtype=data.aux.dtype)  # (N, 3H)
+    else:
+        sizes = torch.bincount(data.doc.cpu(), minlength=len(global_ids)).tolist()
+        parts = []
+        for gid, n in zip(global_ids, sizes):
+            g = torch.Generator(device=device).manual_seed(seed * 4099 + gid)
+            parts.append(torch.rand((n, data.aux.shape[1]), generator=g, device=device, dtype=data.aux.dtype))
+        noise = torch.cat(parts)
+    return replace(data, aux=data.aux + (2 * noise - 1) * amplitude)

@@ -166,7 +166,7 @@ def train(cfg: TrainConfig, run: RunSettings) -> dict | None:
     from ..atomic import DestinationInUse, check_replaceable
     from ..checkpoint import DRAFTER_NOTE
     from ..device import resolve_device
-    from .trainer import finish_distributed, init_distributed, rank_and_world
+    from .distributed import finish_distributed, init_distributed, rank_and_world
 
     # "auto" -> CUDA when present; under torchrun: join the group (NCCL on GPUs, one per process; gloo on CPUs, or
     # with PEAGLE_DIST_BACKEND=gloo) and train on this process's GPU; otherwise a no-op

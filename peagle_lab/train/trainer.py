@@ -10,11 +10,11 @@ function of ``(seed, step)``, so a run resumed from its checkpoint repeats no st
 from __future__ import annotations
 
 import json
-import math
 import os
 import time
 import warnings
-from dataclasses import asdict, replace
+from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
@@ -25,142 +25,25 @@ from ..atomic import atomic_file
 from ..checkpoint import save_drafter, vllm_config_dict
 from ..device import sdpa_without_cudnn
 from ..drafter import DrafterConfig, Eagle3Drafter, init_drafter
-from .replay import replay_prompts
 from ..materialise import FINGERPRINT_KEY, embedding_fingerprint
+from .replay import replay_prompts
 from .cod import Elements, cod_sample
 from .config import TrainConfig
-from .data import Sample, data_fingerprint, read_torch, target_difference, target_identity
-from .features import packed_layout, target_batch
+from .data import Sample, data_fingerprint, read_torch, target_identity
+from .distributed import all_reduce_grads, rank_and_world
+from .features import packed_layout, target_batch, with_feature_noise
 from .loss import LossParts, SeqData, padded_loss, sequence_loss, supervised_mask
+from .provenance import CHECKPOINT_FIX, ResumeMismatch, checkpoint_size, resume_problems
+from .schedule import Schedule, steps_that_fit
 
-_CHECKPOINT_FIX = ("move it away to start afresh (training then begins again at step 0), or put back a whole copy: "
-                   "every save replaces it atomically, so only a copy made otherwise can be damaged")
+__all__ = ["LAYOUTS", "ResumeMismatch", "TrainConfig", "Trainer", "cod_for_conversations", "sample_order",
+           "with_feature_noise"]
 
-RESUME_MAY_CHANGE = ("steps", "checkpoint_every", "num_segments", "layout", "val_k", "micro_batches")
 LAYOUTS = {"packed": sequence_loss, "padded": padded_loss}  # padded: per method
-
-
-def checkpoint_size(path: Path) -> str:
-    return f"{path.stat().st_size / 2**20:.1f} MiB" if path.exists() else "gone"
 
 
 class _PassesOutOfMemory(RuntimeError):
     """A step's target and drafter passes ran out of GPU memory before anything was applied (its cause)."""
-
-
-class ResumeMismatch(ValueError):
-    """A checkpoint in the run folder was made from other settings, data, draft vocabulary or target."""
-
-
-def _vocab_problem(theirs: torch.Tensor | None, ours: torch.Tensor) -> str | None:
-    if theirs is None or torch.equal(theirs.cpu().sort().values, ours.cpu()):
-        return None
-    shared = len(set(theirs.tolist()) & set(ours.tolist()))
-    return (f"its draft vocabulary is not this run's ({shared} of {theirs.numel()} ids shared; the draft vocabulary "
-            "is built from --data, or kept from --init-from)")
-
-
-def provenance_problems(recorded: dict, ours: dict) -> list[str]:
-    """What differs between the data and target a checkpoint recorded and this run's (empty: nothing)."""
-    out = []
-    if recorded.get("data_fingerprint") != ours["data_fingerprint"]:
-        src, now = recorded.get("data_source") or "(folder not recorded)", ours["data_source"] or "(samples given)"
-        out.append(f"it was trained on data {src} (fingerprint {str(recorded.get('data_fingerprint'))[:12]}), "
-                   f"this run's data {now} has fingerprint {ours['data_fingerprint'][:12]}")
-    target = target_difference(recorded.get("target") or {}, ours["target"])
-    if target:
-        out.append(f"it was trained against another target: {target}")
-    return out
-
-
-def lr_factor(step: int, warmup_steps: int, total_steps: int) -> float:
-    """Linear warm-up, then a cosine from 1 down to 0.1 at ``total_steps``.
-
-    >>> [round(lr_factor(s, 2, 10), 3) for s in (0, 1, 2, 10)]
-    [0.5, 1.0, 1.0, 0.1]
-    """
-    if step < warmup_steps:
-        return (step + 1) / warmup_steps
-    progress = (step - warmup_steps) / max(1, total_steps - warmup_steps)
-    return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
-
-
-def rank_and_world() -> tuple[int, int]:
-    """This process's rank and the number of processes (1 when not launched by torchrun)."""
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return 0, 1
-
-
-BACKEND_ENV = "PEAGLE_DIST_BACKEND"
-
-
-def dist_backend(device: str | torch.device | None = None) -> str:
-    """The process group's backend: NCCL when the run trains on CUDA, gloo on CPUs; ``PEAGLE_DIST_BACKEND``
-    (``nccl`` or ``gloo``) overrides it -- gloo also reduces CUDA tensors, so it lets several processes
-    share one GPU, which NCCL refuses."""
-    on_cuda = torch.cuda.is_available() if device is None else str(device).startswith("cuda")
-    choice = os.environ.get(BACKEND_ENV, "").strip().lower() or ("nccl" if on_cuda else "gloo")
-    if choice not in ("nccl", "gloo"):
-        raise ValueError(f"{BACKEND_ENV}={choice!r}: use nccl or gloo")
-    if choice == "nccl" and not on_cuda:
-        raise ValueError(f"{BACKEND_ENV}=nccl needs the run on CUDA (--device cuda); on CPUs unset it (gloo)")
-    return choice
-
-
-def init_distributed(device: str | torch.device | None = None) -> str | torch.device | None:
-    """Join the process group when launched by ``torchrun``; return the device this process should use.
-
-    ``device`` is what the run asked for (``"cuda"``, ``"cpu"``; None: CUDA when present). On CUDA each
-    process takes GPU ``LOCAL_RANK % device_count`` and the backend is NCCL (one GPU per process); on
-    CPUs it is gloo. ``PEAGLE_DIST_BACKEND=gloo`` runs several processes on one GPU (tests, a machine
-    with fewer GPUs than processes). Not under torchrun: a no-op that returns ``device``."""
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world <= 1:
-        return device
-    on_cuda = torch.cuda.is_available() if device is None else str(device).startswith("cuda")
-    backend = dist_backend("cuda" if on_cuda else "cpu")
-    local = int(os.environ.get("LOCAL_RANK", "0"))
-    if on_cuda:
-        n = torch.cuda.device_count()
-        if n == 0:
-            raise RuntimeError("training on CUDA under torchrun, but no GPU is visible: pass --device cpu (gloo)")
-        per_node = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)))
-        if backend == "nccl" and per_node > n:
-            raise RuntimeError(f"{per_node} processes on this machine but {n} GPU(s): NCCL needs a GPU of its own for "
-                               f"every process. Launch at most {n} (torchrun --nproc-per-node {n}), or set "
-                               f"{BACKEND_ENV}=gloo to let processes share a GPU (slower; for tests)")
-        idx = local % n
-        torch.cuda.set_device(idx)                      # before the group: NCCL binds to the current device
-        device = torch.device("cuda", idx)
-    if not dist.is_initialized():
-        extra = {"device_id": device} if backend == "nccl" else {}
-        dist.init_process_group(backend, **extra)
-    return device
-
-
-def finish_distributed() -> None:
-    """Leave the process group together (barrier, then destroy): a rank that exits while another is
-    still writing its results can otherwise abort in gloo's threads ("terminate called without an
-    active exception")."""
-    if dist.is_available() and dist.is_initialized():
-        dist.barrier()
-        dist.destroy_process_group()
-
-
-def all_reduce_grads(params) -> None:
-    """Sum the gradients over all processes, one flat buffer per dtype (one collective call each, not one
-    per tensor). Every process must hold gradients for the same parameters (they run the same model on
-    the same kind of batch)."""
-    groups: dict[torch.dtype, list[torch.Tensor]] = {}
-    for p in params:
-        if p.grad is not None:
-            groups.setdefault(p.grad.dtype, []).append(p.grad)
-    for grads in groups.values():
-        flat = torch.cat([g.reshape(-1) for g in grads])
-        dist.all_reduce(flat)
-        for g, part in zip(grads, flat.split([g.numel() for g in grads])):
-            g.copy_(part.view_as(g))
 
 
 # SDPA without cuDNN on CUDA: every training step has new shapes (batch width, elements per row), and cuDNN's
@@ -185,29 +68,6 @@ def cod_for_conversations(data: SeqData, cfg: "TrainConfig", step: int, global_i
     for p in parts[1:]:
         out = out.concat(p)
     return out
-
-
-def with_feature_noise(data: SeqData, amplitude: float, seed: int, global_ids: list[int] | None = None) -> SeqData:
-    """``data`` with uniform noise in ``[-amplitude, amplitude]`` added to the target's features (training only:
-    the drafter learns not to lean on exact feature values, which differ a little at inference -- another
-    dtype, a batched kernel, or its own earlier drafts). Seeded per step, so a resumed run repeats it.
-
-    With ``global_ids`` (the packed conversations' indices in the global batch, in ``data.doc`` order),
-    each conversation's noise comes from a generator of its own, seeded by ``(seed, its index)``: the
-    noise a conversation gets does not depend on which process packs it (a step under torchrun equals
-    the single-process step)."""
-    device = data.aux.device
-    if global_ids is None:
-        g = torch.Generator(device=device).manual_seed(seed)
-        noise = torch.rand(data.aux.shape, generator=g, device=device, dtype=data.aux.dtype)  # (N, 3H)
-    else:
-        sizes = torch.bincount(data.doc.cpu(), minlength=len(global_ids)).tolist()
-        parts = []
-        for gid, n in zip(global_ids, sizes):
-            g = torch.Generator(device=device).manual_seed(seed * 4099 + gid)
-            parts.append(torch.rand((n, data.aux.shape[1]), generator=g, device=device, dtype=data.aux.dtype))
-        noise = torch.cat(parts)
-    return replace(data, aux=data.aux + (2 * noise - 1) * amplitude)
 
 
 def sample_order(samples: list[Sample], cfg: TrainConfig) -> list[int]:
@@ -263,30 +123,14 @@ class Trainer:
         if cfg.share_lm_head and cfg.draft_vocab_size != target.vocab_size:
             raise ValueError(f"share_lm_head drafts over the target's whole vocabulary: set draft_vocab_size="
                              f"{target.vocab_size} (got {cfg.draft_vocab_size})")
-        if drafter is None:
-            dcfg = DrafterConfig.for_target(target, num_layers=cfg.num_layers, draft_vocab_size=cfg.draft_vocab_size,
-                                            parallel_drafting=cfg.method == "peagle",
-                                            intermediate_size=cfg.intermediate_size,
-                                            trained_depth=cfg.max_depth if cfg.method == "peagle" else None,
-                                            has_embed_tokens=False, has_lm_head=not cfg.share_lm_head,
-                                            mask_token_id=cfg.mask_token_id,
-                                            learned_mask_embedding=cfg.learn_mask_embedding)
-            drafter = init_drafter(dcfg, target, seed=cfg.seed)
-            drafter.set_draft_vocab(self.draft_ids)
-        else:                                           # fine-tuning: the drafter's vocabulary must be draft_ids
-            slots = torch.arange(drafter.cfg.draft_vocab_size, device=drafter.fc.weight.device)
-            own = drafter.to_target_ids(slots).cpu()
-            if not torch.equal(own, self.draft_ids.cpu()):
-                raise ValueError("the drafter's draft vocabulary differs from draft_ids: pass its own ids "
-                                 "(drafter.to_target_ids(torch.arange(Vd))) to fine-tune it")
+        drafter = self._new_drafter() if drafter is None else self._check_vocab(drafter)
         self.drafter = drafter.to(self.device).train()
         params = [p for p in self.drafter.parameters() if p.requires_grad]
         self.opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.95))
-        # The cosine ends at total_steps: the config's, or fewer when run() fits a time budget (the
-        # config itself is never changed).
-        self.total_steps = cfg.steps
-        self.sched = torch.optim.lr_scheduler.LambdaLR(
-            self.opt, lambda step: lr_factor(step, cfg.warmup_steps, self.total_steps))
+        # The cosine ends at schedule.total: the config's, or fewer when run() fits a time budget (the
+        # config itself is never changed). A lambda, so the scheduler's state holds none of it.
+        self.schedule = Schedule(cfg.warmup_steps, cfg.steps)
+        self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lambda step: self.schedule(step))
         self.step = 0
         self.micro_batches = cfg.micro_batches          # doubled by a step that runs out of GPU memory
         self.history: list[dict] = []
@@ -303,8 +147,30 @@ class Trainer:
                               f"{self.checkpoint_path.name} itself is the last whole save", stacklevel=2)
                 stale.unlink(missing_ok=True)
         if self.checkpoint_path.exists():              # refuse a mismatched resume now, before any work
-            self.check_resume(read_torch(self.checkpoint_path, _CHECKPOINT_FIX, map_location="cpu", weights_only=False,
+            self.check_resume(read_torch(self.checkpoint_path, CHECKPOINT_FIX, map_location="cpu", weights_only=False,
                                          mmap=True))
+
+    def _new_drafter(self) -> Eagle3Drafter:
+        """A fresh drafter of the config's shape for this target, drafting over ``draft_ids``."""
+        cfg, target = self.cfg, self.target
+        dcfg = DrafterConfig.for_target(target, num_layers=cfg.num_layers, draft_vocab_size=cfg.draft_vocab_size,
+                                        parallel_drafting=cfg.method == "peagle",
+                                        intermediate_size=cfg.intermediate_size,
+                                        trained_depth=cfg.max_depth if cfg.method == "peagle" else None,
+                                        has_embed_tokens=False, has_lm_head=not cfg.share_lm_head,
+                                        mask_token_id=cfg.mask_token_id,
+                                        learned_mask_embedding=cfg.learn_mask_embedding)
+        drafter = init_drafter(dcfg, target, seed=cfg.seed)
+        drafter.set_draft_vocab(self.draft_ids)
+        return drafter
+
+    def _check_vocab(self, drafter: Eagle3Drafter) -> Eagle3Drafter:
+        """Fine-tuning: the drafter's own draft vocabulary must be ``draft_ids``."""
+        slots = torch.arange(drafter.cfg.draft_vocab_size, device=drafter.fc.weight.device)
+        if not torch.equal(drafter.to_target_ids(slots).cpu(), self.draft_ids.cpu()):
+            raise ValueError("the drafter's draft vocabulary differs from draft_ids: pass its own ids "
+                             "(drafter.to_target_ids(torch.arange(Vd))) to fine-tune it")
+        return drafter
 
     # ----------------------------------------------------------------------------- one step
     def batch_for(self, step: int) -> list[Sample]:
@@ -448,41 +314,20 @@ class Trainer:
         """Refuse (:class:`ResumeMismatch`, naming every difference) a checkpoint made with other training
         settings, another draft vocabulary, other data or another target. A checkpoint older than the data
         and target record is resumed with a warning (its draft vocabulary is still compared)."""
-        problems = []
-        diff = self._config_diff(state["config"])
-        if diff:
-            was = {**asdict(TrainConfig()), **state["config"]}
-            said = ", ".join(f"{k} {was.get(k)!r} there, {getattr(self.cfg, k)!r} now" for k in diff)
-            problems.append(f"it was written with another training config (differs in {said})")
-        if "provenance" in state:
-            problems += provenance_problems(state["provenance"], self.provenance)
-        elif not getattr(self, "_warned_unrecorded", False):
+        problems = resume_problems(state, self.cfg, self.provenance, self.draft_ids)
+        if problems is None and not getattr(self, "_warned_unrecorded", False):
             self._warned_unrecorded = True
             warnings.warn(f"{self.checkpoint_path} records neither its data nor its target (written by an older "
                           "peagle-lab); resuming without checking them", stacklevel=2)
-        vocab = _vocab_problem(state.get("draft_ids"), self.draft_ids)
-        if vocab:
-            problems.append(vocab)
         if problems:
             raise ResumeMismatch(f"{self.checkpoint_path} cannot be resumed by this run: " + "; ".join(problems) +
                                  ". Resume with the settings, data (--data) and target (--target) it was made with, "
                                  "or use a fresh --out folder")
 
-    def _config_diff(self, recorded: dict) -> list[str]:
-        # Settings that change how a step is computed or saved, never which step or its gradient (the
-        # layouts and partitioning are proven equal in tests/test_partition.py) may differ; so may
-        # ``steps``: a run cut short by --max-minutes resumes towards the new total.
-        free = dict.fromkeys(RESUME_MAY_CHANGE)
-        ours = {**asdict(self.cfg), **free}
-        # a setting newer than the checkpoint counts as its default there; one since removed
-        # (attention, head_init, objective) is not compared
-        theirs = {k: v for k, v in {**asdict(TrainConfig()), **recorded, **free}.items() if k in ours}
-        return sorted(k for k in ours if theirs.get(k) != ours[k])
-
     def load_checkpoint(self) -> bool:
         if not self.checkpoint_path.exists():
             return False
-        state = read_torch(self.checkpoint_path, _CHECKPOINT_FIX, map_location=self.device, weights_only=False)
+        state = read_torch(self.checkpoint_path, CHECKPOINT_FIX, map_location=self.device, weights_only=False)
         self.check_resume(state)
         self.drafter.load_state_dict(state["drafter"])
         self.opt.load_state_dict(state["opt"])
@@ -490,13 +335,48 @@ class Trainer:
         self.step, self.history = state["step"], state["history"]
         return True
 
+    # ----------------------------------------------------------------------------- the plan a driver may change
+    @property
+    def total_steps(self) -> int:
+        """The step the cosine ends at: the config's ``steps``, or where a time budget (or a driver) refit it."""
+        return self.schedule.total
+
+    def plan(self, total: int) -> None:
+        """End the cosine at ``total`` (at least one step past this one): a driver's refit
+        (:func:`~peagle_lab.train.schedule.steps_that_fit`)."""
+        self.schedule.total = max(self.step + 1, int(total))
+
+    def add_samples(self, new: list[Sample]) -> None:
+        """Grow the pool: ``new`` samples go behind every one already there, in the trainer's own order
+        (:func:`sample_order`), so one pass over a growing pool stays one pass (no sample twice)."""
+        base = len(self.samples)
+        self.samples.extend(new)
+        self.order.extend(base + i for i in sample_order(new, self.cfg))
+
+    def start_at(self, step: int, history: list[dict] = ()) -> None:
+        """Go on from an earlier run's ``step`` (its weights, and optimiser if it had one, already loaded): the earlier
+        steps hold no sample of this pool, their ``history`` comes first, and the learning rate warms up again from
+        ``step`` along the cosine (what matters when the optimiser starts afresh)."""
+        self.step, self.history = step, [*history, *self.history]
+        self.order = [None] * (step * self.cfg.batch_size) + self.order
+        self.schedule.restart_at(step)
+        self.sched.last_epoch = step - 1
+        with warnings.catch_warnings():                 # no optimiser step yet in this process: expected here
+            warnings.simplefilter("ignore", UserWarning)
+            self.sched.step()
+
     # ----------------------------------------------------------------------------- loop
     def run(self, steps: int | None = None, progress: bool = True, stop_after: int | None = None,
-            time_budget_s: float | None = None) -> list[dict]:
+            time_budget_s: float | None = None, *, until: Callable[[], bool] | None = None,
+            on_step: Callable[["Trainer", dict], bool | None] | None = None) -> list[dict]:
         """Train until ``steps`` (default: the config's); resume first if a checkpoint exists.
 
         ``time_budget_s`` (for lent GPUs with a hard time limit): after 10 steps the step time is
         measured (steps 4-13) and the run shortened to fit, so the LR schedule still completes.
+        The hooks make a study a short caller rather than another loop: ``until()`` is asked before each
+        step (True stops: a deadline, a pool spent; it may wait for more data, :meth:`add_samples`), and
+        ``on_step(trainer, row)`` after each step and its checkpoint (False stops: exports at milestones,
+        a refit of its own, :meth:`plan`).
         """
         total = requested = steps or self.cfg.steps
         self.load_checkpoint()
@@ -504,27 +384,18 @@ class Trainer:
             warnings.warn(f"{self.checkpoint_path} is at step {self.step}, past the {total} steps asked for: nothing "
                           f"to train, and what follows uses the drafter of step {self.step} (ask for more steps to "
                           "go on; a fresh --out starts again)", stacklevel=2)
-        t_start = time.perf_counter()
+        t_start, t_warm = time.perf_counter(), None
         bar = tqdm(total=total, initial=self.step, desc=f"train {self.cfg.method}", disable=not progress)
         done_now = 0
-        while self.step < total:
+        while self.step < total and not (until is not None and until()):
             row = self.train_step()
             done_now += 1
             bar.update(1)
             bar.set_postfix(loss=f"{row['loss']:.3f}", acc0=f"{row['acc_per_depth'][0]:.2f}")
             if self.step % self.cfg.checkpoint_every == 0 or self.step == total:
-                if self.device.type == "cuda":
-                    row["peak_gib"] = torch.cuda.max_memory_allocated(self.device) / 2**30
-                    rank, world = rank_and_world()
-                    if world > 1:                        # every process's peak, in rank order (rank 0 keeps the record)
-                        peaks = torch.zeros(world, device=self.device, dtype=torch.float64)
-                        peaks[rank] = row["peak_gib"]
-                        dist.all_reduce(peaks)
-                        row["peak_gib_per_rank"] = peaks.tolist()
-                if self.val_replies and rank_and_world()[0] == 0:
-                    row["val_al"] = self.validation_al()
-                    bar.write(f"step {self.step}: validation AL {row['val_al']:.3f} at K={self.cfg.val_k}")
-                self.save_checkpoint()
+                self._checkpoint(row, bar)
+            if on_step is not None and on_step(self, row) is False:
+                break
             if stop_after is not None and done_now >= stop_after:
                 break
             if done_now == 3:
@@ -532,11 +403,25 @@ class Trainer:
             if time_budget_s and done_now >= 13 and (done_now - 13) % 100 == 0:
                 # re-fit every 100 steps: step times drift (recompiles, a neighbour on the same GPU)
                 per_step = (time.perf_counter() - t_warm) / (done_now - 3)
-                fit = self.step + int((time_budget_s - (time.perf_counter() - t_start)) / per_step)
-                total = self.total_steps = max(self.step + 1, min(requested, fit))  # the cosine follows it
-                bar.total = total
+                left = time_budget_s - (time.perf_counter() - t_start)
+                total = bar.total = self.schedule.total = steps_that_fit(self.step, per_step, left, requested)
         bar.close()
         return self.history
+
+    def _checkpoint(self, row: dict, bar) -> None:
+        """At a checkpoint: the memory peak (every process's), the validation AL (rank 0), then the save."""
+        if self.device.type == "cuda":
+            row["peak_gib"] = torch.cuda.max_memory_allocated(self.device) / 2**30
+            rank, world = rank_and_world()
+            if world > 1:                        # every process's peak, in rank order (rank 0 keeps the record)
+                peaks = torch.zeros(world, device=self.device, dtype=torch.float64)
+                peaks[rank] = row["peak_gib"]
+                dist.all_reduce(peaks)
+                row["peak_gib_per_rank"] = peaks.tolist()
+        if self.val_replies and rank_and_world()[0] == 0:
+            row["val_al"] = self.validation_al()
+            bar.write(f"step {self.step}: validation AL {row['val_al']:.3f} at K={self.cfg.val_k}")
+        self.save_checkpoint()
 
     def export(self, path: str | os.PathLike, dtype: torch.dtype = torch.bfloat16, *, overwrite: bool = False,
                flag: str = "overwrite=True") -> Path:
