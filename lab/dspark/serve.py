@@ -71,6 +71,7 @@ def main() -> int:
     p.add_argument("--sets", default="mt-bench:16")
     p.add_argument("--max-new-tokens", type=int, default=256)
     p.add_argument("--only", default="")
+    p.add_argument("--gate", default=None, help="start the servers, then wait for this file before any load")
     args = p.parse_args()
     from transformers import AutoTokenizer
 
@@ -97,6 +98,9 @@ def main() -> int:
             time.sleep(2)
         s.ready = time.time()
         print(f"[{time.time() - t0:5.0f} s] {s.name} ready after {s.ready - s.started:.0f} s", flush=True)
+    while args.gate and not Path(args.gate).exists():     # another GPU job (the replay) finishes first
+        time.sleep(2)
+    print(f"[{time.time() - t0:5.0f} s] loads start", flush=True)
     timed = [s for s in servers if not s.name.endswith("fp32")]
     plan = [entry(s, "warm", 16, 16, data, work) for s in servers]
     for r in range(args.rounds):
