@@ -8,7 +8,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
-MARKDOWN = [README, *sorted((ROOT / "docs").glob("*.md")), ROOT / "benchmarks" / "gpu" / "README.md",
+MARKDOWN = [README, *sorted((ROOT / "docs").glob("*.md")),
             ROOT / "benchmarks" / "RESULTS.md"]
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
 
@@ -126,7 +126,7 @@ DIARY = {                                       # case-insensitive except "windo
     "this round": r"(?i)\bthis round\b",
     "a date": r"\b20\d\d-\d\d-\d\d\b",
 }
-LEARNER_PAGES = [*sorted((ROOT / "docs").glob("*.md")), ROOT / "benchmarks" / "gpu" / "README.md"]
+LEARNER_PAGES = sorted((ROOT / "docs").glob("*.md"))
 
 
 @pytest.mark.parametrize("page", LEARNER_PAGES, ids=lambda p: str(p.relative_to(ROOT)))
