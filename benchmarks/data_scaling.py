@@ -30,7 +30,8 @@ steps = max(1, len(load_samples(mix)) // 64)                       # one pass: e
 drafters = []
 for preset in ("peagle", "eagle"):
     peagle_lab(["train", "--preset", preset, "--data", str(mix), "--device", dev, "--batch-size", "64",
-                "--max-len", "768", "--steps", str(steps), "--out", str(w / preset), "--export", str(w / f"{preset}-1pass")])
+                "--max-len", "768", "--steps", str(steps), "--out", str(w / preset),
+                "--export", str(w / f"{preset}-1pass")])
     drafters.append(str(w / f"{preset}-1pass"))
 for k in a.k.split(","):
     record(["eval", *drafters, "--prompts", "mt-bench", "--num-prompts", "80", "--k", k, "--max-new-tokens", "128",
