@@ -201,6 +201,9 @@ def load_drafter(path: str | os.PathLike, target=None, dtype: torch.dtype = torc
     path = Path(path)
     if not (path / "config.json").exists():
         raise FileNotFoundError(f"{path} is not a drafter folder (no config.json); pass the folder save_drafter wrote")
+    from .dspark import is_dspark_dir, load_dspark
+    if is_dspark_dir(path):                              # a DSpark drafter (vLLM's Qwen3DSparkModel layout)
+        return load_dspark(path, target, dtype)
     cfg = config_from_dict(json.loads((path / "config.json").read_text()))
     files = sorted(path.glob("*.safetensors"))
     if not files:

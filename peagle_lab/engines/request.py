@@ -28,7 +28,7 @@ from ..stats import AcceptanceStats
 from ..target import Generation
 from .timing import StepTimes
 
-METHODS = ("ar", "eagle", "peagle")        # the drafting methods an engine runs (each engine: one table of them)
+METHODS = ("ar", "eagle", "peagle", "dspark")   # the drafting methods an engine runs (each engine: one table)
 
 
 @dataclass
@@ -152,7 +152,11 @@ def check_request(target, prompt_ids, max_new_tokens: int, *, method: str = "ar"
         raise ValueError(f"method {method!r} needs a drafter (pass drafter=load_drafter(...))")
     if k < 1:
         raise ValueError("k (draft tokens per step) must be >= 1")
-    check_compatible(drafter, target, k, parallel=method == "peagle")
+    is_dspark = hasattr(drafter, "markov_head")
+    if is_dspark != (method == "dspark"):
+        raise ValueError(f"method {method!r} cannot run a {'DSpark' if is_dspark else 'EAGLE-3/P-EAGLE'} drafter: "
+                         f"use method {'dspark' if is_dspark else 'eagle or peagle'}, or load a matching drafter")
+    check_compatible(drafter, target, k, parallel=method != "eagle")       # K is bounded where drafts are parallel
     if method == "peagle":
         require_parallel(drafter)
     return k

@@ -26,14 +26,15 @@ from ..checkpoint import save_drafter, vllm_config_dict
 from ..device import sdpa_without_cudnn
 from ..drafter import DrafterConfig, Eagle3Drafter, init_drafter
 from ..materialise import FINGERPRINT_KEY, embedding_fingerprint
-from .replay import replay_prompts
-from .cod import Elements, cod_sample
+from .cod import Elements
 from .config import TrainConfig
 from .data import Sample, data_fingerprint, read_torch, target_identity
 from .distributed import all_reduce_grads, rank_and_world
+from .elements import cod_for_conversations, elements_for_conversations
 from .features import packed_layout, target_batch, with_feature_noise
 from .loss import LossParts, SeqData, padded_loss, sequence_loss, supervised_mask
 from .provenance import CHECKPOINT_FIX, ResumeMismatch, checkpoint_size, resume_problems
+from .replay import replay_prompts
 from .schedule import Schedule, steps_that_fit
 
 __all__ = ["LAYOUTS", "ResumeMismatch", "TrainConfig", "Trainer", "cod_for_conversations", "sample_order",
@@ -50,24 +51,6 @@ class _PassesOutOfMemory(RuntimeError):
 # per-shape plan building held 56-81% of the host time on an H200 (2026-12-01, benchmarks/bench_train_step.py).
 # A module-level name, so that benchmark can swap it out to time cuDNN.
 sdpa_backends = sdpa_without_cudnn
-
-
-def cod_for_conversations(data: SeqData, cfg: "TrainConfig", step: int, global_ids: list[int]) -> Elements:
-    """COD elements drawn per conversation, each from a generator seeded by (seed, step, its index in
-    the global batch): the elements of a conversation do not depend on which process packs it."""
-    parts, offset = [], 0
-    doc = data.doc.cpu()
-    for local, gid in enumerate(global_ids):
-        n = int((doc == local).sum())
-        g = torch.Generator().manual_seed((cfg.seed * 1_000_003 + step) * 4099 + gid)
-        supervised = data.supervised[offset: offset + n].cpu()
-        el = cod_sample(n, cfg.max_depth, cfg.cod_ratio, supervised=supervised, generator=g)
-        parts.append(Elements(el.anchor + offset, el.depth, torch.full_like(el.anchor, local)))
-        offset += n
-    out = parts[0]
-    for p in parts[1:]:
-        out = out.concat(p)
-    return out
 
 
 def sample_order(samples: list[Sample], cfg: TrainConfig) -> list[int]:
@@ -153,6 +136,15 @@ class Trainer:
     def _new_drafter(self) -> Eagle3Drafter:
         """A fresh drafter of the config's shape for this target, drafting over ``draft_ids``."""
         cfg, target = self.cfg, self.target
+        if cfg.method == "dspark":
+            from ..dspark import DSparkConfig, init_dspark
+            dcfg = DSparkConfig.for_target(target, num_layers=cfg.num_layers, draft_vocab_size=cfg.draft_vocab_size,
+                                           intermediate_size=cfg.intermediate_size, markov_rank=cfg.markov_rank,
+                                           block_size=cfg.max_depth, mask_token_id=cfg.mask_token_id)
+            drafter = init_dspark(dcfg, target, seed=cfg.seed)
+            drafter.set_draft_vocab(self.draft_ids)
+            drafter.markov_head.requires_grad_(cfg.markov_head)     # off: markov_w2 stays zero, no bias at all
+            return drafter
         dcfg = DrafterConfig.for_target(target, num_layers=cfg.num_layers, draft_vocab_size=cfg.draft_vocab_size,
                                         parallel_drafting=cfg.method == "peagle",
                                         intermediate_size=cfg.intermediate_size,
@@ -208,7 +200,7 @@ class Trainer:
         not on which process or micro-batch packs it."""
         tokens, supervised, doc = packed_layout([batch[i] for i in ids], self.cfg.max_len)
         layout = SeqData(tokens, torch.empty(0), torch.empty(0), supervised, doc)
-        el = cod_for_conversations(layout, self.cfg, step, ids)
+        el = elements_for_conversations(layout, self.cfg, step, ids)
         return Elements(el.anchor.to(self.device), el.depth.to(self.device), el.doc.to(self.device)), \
             int(supervised_mask(el, layout).sum())
 
@@ -280,7 +272,7 @@ class Trainer:
         """The engine's greedy AL at ``val_k`` on the validation replies, by replay (one pass per reply)."""
         if not self.val_replies:
             return None
-        k = min(self.cfg.val_k, self.cfg.max_depth) if self.cfg.method == "peagle" else self.cfg.val_k
+        k = min(self.cfg.val_k, self.cfg.max_depth) if self.cfg.method != "eagle" else self.cfg.val_k
         prompts, replies = zip(*self.val_replies)
         budget = len(replies[0]) - self.cfg.val_k - 1       # greedy_replies gives every reply the same length
         self.drafter.eval()
@@ -432,6 +424,13 @@ class Trainer:
         rows = [r for i, r in enumerate(self.history) if i % every == 0 or "val_al" in r]
         record = json.dumps({"config": {**asdict(self.cfg), "steps": self.total_steps}, "steps": self.step,
                              "history": rows})
+        if self.cfg.method == "dspark":
+            from ..dspark import save_dspark
+            try:
+                return save_dspark(self.drafter.cpu(), path, dtype=dtype, extra_files={"training.json": record},
+                                   overwrite=overwrite, flag=flag)
+            finally:
+                self.drafter.to(self.device)
         config = vllm_config_dict(self.drafter.cfg, str(dtype).removeprefix("torch."))
         if self.drafter.mask_embedding is not None:          # materialise_for_vllm() refuses another target's table
             config[FINGERPRINT_KEY] = embedding_fingerprint(self.target.model.get_input_embeddings().weight)
