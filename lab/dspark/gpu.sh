@@ -14,7 +14,7 @@ echo "parked: $(ls /tmp/vp | grep -c part) parts; $(ls /tmp/vp)" | head -c 400; 
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 PEAGLE_GGUF=/tmp/vp/b/target.gguf PEAGLE_CACHE=/tmp/pcache
 W=/tmp/ds
 if [ "${START:-0}" = 1 ] && [ ! -f $W/started ]; then
-  source "$(git ls-files | grep -m1 'install_vllm_cuda.sh$')" || exit 1
+  source lab/gpu/install_vllm_cuda.sh || exit 1
   mkdir -p $W && cp -r peagle_lab/drafters $W/shipped && touch $W/started
   setsid nohup bash lab/dspark/pipeline.sh > $W/pipeline.log 2>&1 < /dev/null &
   echo "pipeline started"
@@ -28,5 +28,6 @@ cp $W/*.json "$OUT/" 2>/dev/null
 for d in dspark-smollm2 dflash-smollm2; do
   [ -f $W/$d/model.safetensors ] && tar czf "$OUT/$d.tgz" -C $W $d
 done
+[ -d /tmp/dswork ] && tar czf "$OUT/dswork.tgz" -C /tmp/dswork --exclude='*.log' --exclude='*.jsonl' . 2>/dev/null
 tar czf "$OUT/logs.tgz" -C $W pipeline.log $(cd $W && ls *.log 2>/dev/null | grep -v pipeline) 2>/dev/null
 ls -la "$OUT"

@@ -195,7 +195,7 @@ def head_kl(normed: torch.Tensor, weight: torch.Tensor, target: torch.Tensor,
 
     KL matches the target's whole distribution, which serves sampling too. (Cross-entropy on the target's
     top token alone, what T=0 acceptance rewards, was an option until a fine-tune with each gave the same
-    AL: docs/training-runs.md#the-objective.)"""
+    AL: docs/drafter-levers.md#the-objective.)"""
     want = torch.is_grad_enabled() and (normed.requires_grad or weight.requires_grad)
     return _HeadKL.apply(normed, weight, target, rows, want)
 
