@@ -236,10 +236,12 @@ def cmd_vllm_bench(args) -> int:
 
 
 def cmd_regenerate(args) -> int:
+    from .lock import hold
     from .train.data import RegenerationMismatch
 
     try:
-        return _regenerate(args)
+        with hold(args.out, "regenerate"):               # a folder another run writes: refused before any model loads
+            return _regenerate(args)
     except RegenerationMismatch as err:                  # --out holds another run's shards: refused, nothing written
         raise SystemExit(f"peagle-lab regenerate: {err}") from None
 
@@ -834,11 +836,16 @@ def check_args(parser: argparse.ArgumentParser, args) -> None:
             if fault:
                 p.error(f"drafter {name}: {fault}")
     device = getattr(args, "device", None)
-    if args.command != "vllm-bench" and device and device.startswith("cuda"):   # vllm-bench may print a GPU's plan
-        import torch
+    if device and device.startswith("cuda") and not getattr(args, "dry_run", False):   # a dry run prints a GPU's plan
+        from .device import device_problem
 
-        if not torch.cuda.is_available():
-            p.error(f"--device {device}: torch sees no CUDA GPU here (use --device cpu, or auto)")
+        if device_problem(device):
+            p.error(device_problem(device))
+    if args.command == "generate":
+        from .prompts import prompt_problem
+
+        if prompt_problem(args.prompt):
+            p.error(f"the prompt {prompt_problem(args.prompt)}; give the model some text to answer")
     _check_paths(p, args)
     _check_outputs(p, args)
 
@@ -954,8 +961,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     args.argv = argv
     check_args(parser, args)
+    from .signals import as_interrupt
+
     try:
-        return args.fn(args)
+        with as_interrupt():                  # SIGTERM and SIGHUP end a command as Ctrl-C does
+            return args.fn(args)
     except (ValueError, FileNotFoundError, AssetMissing) as err:
         if os.environ.get("PEAGLE_TRACEBACK"):
             raise
@@ -966,14 +976,14 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(" ".join(stop.code.split()), file=sys.stderr)
         raise Refused(stop.code) from None
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as stop:
         if os.environ.get("PEAGLE_TRACEBACK"):
             raise
         kept = {"train": "the last checkpoint.pt is kept (a save is atomic); rerun the same command to resume from it",
                 "regenerate": "every whole shard is kept; rerun the same command to write only what is missing"}
         print(f"\npeagle-lab {args.command}: interrupted. " + kept.get(args.command, "Nothing was half-written."),
               file=sys.stderr)
-        raise SystemExit(130) from None
+        raise SystemExit(128 + getattr(stop, "signum", 2)) from None   # 130 for Ctrl-C, 143 for SIGTERM
 
 
 if __name__ == "__main__":

@@ -23,14 +23,34 @@ import torch
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
+def device_problem(device: str | torch.device | None) -> str | None:
+    """Why this machine cannot honour ``device`` (None when it can): ``cuda`` without a GPU torch sees, ``cuda:N``
+    past the GPUs there are. Every command asks this before anything heavy loads, so each refuses alike.
+
+    >>> device_problem("cpu"), device_problem("auto")
+    (None, None)
+    """
+    device = "auto" if device is None else str(device)
+    if not device.startswith("cuda"):
+        return None
+    if not torch.cuda.is_available():
+        return f"--device {device}: torch sees no CUDA GPU here (use --device cpu, or auto)"
+    index = device.partition(":")[2]
+    if index.isdigit() and int(index) >= torch.cuda.device_count():
+        n = torch.cuda.device_count()
+        return f"--device {device}: this machine has {n} CUDA GPU{'s' if n > 1 else ''} (cuda:0 to cuda:{n - 1})"
+    return None
+
+
 def resolve_device(device: str | torch.device | None = "auto") -> str:
-    """``auto`` (or None) = ``cuda`` when torch sees a GPU, else ``cpu``; anything else passes through, checked."""
+    """``auto`` (or None) = ``cuda`` when torch sees a GPU, else ``cpu``; anything else passes through, checked
+    (:func:`device_problem`; SystemExit naming the fix)."""
     if device is None or str(device) == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
-    device = str(device)
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise SystemExit(f"--device {device}: no CUDA device here; use --device cpu (or auto)")
-    return device
+    problem = device_problem(device)
+    if problem:
+        raise SystemExit(problem)
+    return str(device)
 
 
 def half_dtype(capability: tuple[int, int] | None = None) -> str:
