@@ -163,6 +163,9 @@ class Unwritable(OSError, ValueError):
     """A destination that cannot take the write (no space, no permission, read-only); what was there is unchanged.
     A ValueError too, so the command line prints its one line."""
 
+    def __str__(self) -> str:
+        return self.strerror or super().__str__()     # the sentence alone, without "[Errno 28]"
+
 
 _NO_SPACE = ("no space left", "os error 28", "storagefull", "disk quota exceeded", "file write failed")
 

@@ -38,6 +38,16 @@ def _exit_2(argv, capsys) -> str:
     return lines[0]
 
 
+def _last_line(argv, capsys) -> str:
+    """Run the CLI, expect exit 2 and return its last line on stderr (progress lines may come before it)."""
+    with pytest.raises(SystemExit) as err:
+        main(argv)
+    assert err.value.code == 2, err.value.code
+    said = capsys.readouterr().err
+    assert "Traceback" not in said
+    return said.strip().splitlines()[-1]
+
+
 @pytest.fixture()
 def no_model_loads(monkeypatch):
     from peagle_lab.drafter import Eagle3Drafter
@@ -291,14 +301,14 @@ def test_a_shard_with_corrupted_token_ids_is_named_by_train_not_an_index_error(t
     samples = [{"ids": torch.arange(20, dtype=torch.int32), "prompt_len": 5} for _ in range(3)]
     samples[1]["ids"][7] = 70000
     torch.save(samples, tmp_path / "data" / "shard-00000.pt")
-    line = _exit_2(["train", "--data", str(tmp_path / "data"), "--out", str(tmp_path / "run"), "--steps", "1"],
-                   capsys)
+    line = _last_line(["train", "--data", str(tmp_path / "data"), "--out", str(tmp_path / "run"), "--steps", "1"],
+                      capsys)
     assert "shard-00000.pt conversation 1 holds token id 70000, outside the target's vocabulary of 50" in line
     assert "regenerate" in line
     samples[1]["ids"][7] = 3
     samples[2] = {"ids": torch.arange(4, dtype=torch.int32), "prompt_len": 9}
     torch.save(samples, tmp_path / "data" / "shard-00000.pt")
-    assert "conversation 2 has prompt_len 9, outside its 4 tokens" in _exit_2(
+    assert "conversation 2 has prompt_len 9, outside its 4 tokens" in _last_line(
         ["train", "--data", str(tmp_path / "data"), "--out", str(tmp_path / "run"), "--steps", "1"], capsys)
 
 
@@ -362,14 +372,15 @@ def test_damaged_drafter_files_are_named_by_file_and_line_or_key(tmp_path):
 
 
 # ----------------------------------------------------------------------------- one writer per folder
-HOLDER = "import sys, time\nfrom peagle_lab.lock import hold\nhold(sys.argv[1], 'train').__enter__()\n" \
-         "print('held', flush=True)\ntime.sleep(120)\n"
+HOLDER = "import sys, time\nfrom peagle_lab.lock import hold\nheld = hold(sys.argv[1], 'train')\n" \
+         "held.__enter__()\nprint('held', flush=True)\ntime.sleep(120)\n"
 
 
 def _holding(folder: Path) -> subprocess.Popen:
     proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(folder)], stdout=subprocess.PIPE, text=True,
                             cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert proc.stdout.readline().strip() == "held"
+    proc.stdout.close()
     return proc
 
 
