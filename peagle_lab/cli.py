@@ -240,7 +240,7 @@ def cmd_regenerate(args) -> int:
     from .train.data import RegenerationMismatch
 
     try:
-        with hold(args.out, "regenerate"):               # a folder another run writes: refused before any model loads
+        with hold(args.out, "regenerate", create=False):   # a folder another run writes: refused before models load
             return _regenerate(args)
     except RegenerationMismatch as err:                  # --out holds another run's shards: refused, nothing written
         raise SystemExit(f"peagle-lab regenerate: {err}") from None

@@ -68,10 +68,14 @@ def holder(folder: str | os.PathLike) -> dict | None:
 
 
 @contextmanager
-def hold(folder: str | os.PathLike, command: str) -> Iterator[Path]:
+def hold(folder: str | os.PathLike, command: str, create: bool = True) -> Iterator[Path]:
     """Hold ``folder`` (made if need be) for ``command`` while the block runs; :class:`FolderInUse` when another
-    process holds it."""
+    process holds it. ``create=False``: a folder that does not exist yet is neither made nor held (an early check
+    that leaves no trace when the command is refused later; the writer takes the lock when it makes the folder)."""
     folder = Path(folder)
+    if not create and not folder.exists():
+        yield folder
+        return
     key = _key(writable_dir(folder))
     if key in _HELD:                                 # this process holds it already
         _HELD[key][1] += 1
