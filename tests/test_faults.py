@@ -247,7 +247,8 @@ def test_the_next_write_cleans_a_killed_writers_leftovers_and_never_a_live_ones(
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
                           text=True).stdout.strip()
     (tmp_path / "drafter").mkdir()
-    for name in (f"drafter.tmp-{dead}-0badc0de", f"drafter.replaced-{dead}-0badc0de", f"other.replaced-{dead}-12345678", f"drafter.tmp-{os.getpid()}-00000000", "drafter.tmp-mine"):
+    for name in (f"drafter.tmp-{dead}-0badc0de", f"drafter.replaced-{dead}-0badc0de", f"other.replaced-{dead}-12345678",
+                 f"drafter.tmp-{os.getpid()}-00000000", "drafter.tmp-mine"):
         (tmp_path / name).mkdir()
     (tmp_path / f"gone.replaced-{dead}-abcdef01").mkdir()    # killed between the two renames: the old folder
     (tmp_path / f"gone.replaced-{dead}-abcdef01" / "config.json").write_text("{}")
