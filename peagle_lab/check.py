@@ -132,7 +132,7 @@ def check_drafter(path: str, target, k: int | None = None, probe_prompts: int = 
                         "(d2t must hold offsets: target id = i + d2t[i])")
     if parallel and not 0 <= drafter.cfg.mask_token_id < drafter.cfg.vocab_size:
         problems.append(f"mask token id {drafter.cfg.mask_token_id} is outside the target vocabulary")
-    method = "peagle" if parallel else "eagle"
+    method = drafting_method(drafter) if drafter is not None else ("peagle" if parallel else "eagle")
     k = k or (drafter.cfg.trained_depth if parallel and drafter.cfg.trained_depth else 3)
     try:
         check_compatible(drafter, target, k if parallel else None)

@@ -264,6 +264,10 @@ def load_drafter(path: str | os.PathLike, target=None, dtype: torch.dtype = torc
     weights file, a missing key, or a weight whose shape the config does not describe raises ValueError naming the
     file and the key."""
     path = Path(path)
+    read_config(path)                                    # a missing or damaged config.json: named first
+    from .dspark import is_dspark_dir, load_dspark
+    if is_dspark_dir(path):                              # a DSpark drafter (vLLM's Qwen3DSparkModel layout)
+        return load_dspark(path, target, dtype)
     raw, cfg = _config(path)
     state = _read_weights(path)
     if cfg.parallel_drafting and "mask_hidden" not in state:

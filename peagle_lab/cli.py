@@ -628,7 +628,7 @@ def add_train_parser(sub) -> None:
     s.add_argument("--preset", default=None, choices=list(PRESETS),
                    help="README's GPU recipe: peagle (4 layers, COD 0.8, feature noise 0.05) or eagle (1 layer), both "
                         "batch 32, draft vocab 8192, 20000 steps, grouped by length; flags and --set override it")
-    s.add_argument("--method", default=None, choices=["peagle", "eagle"],
+    s.add_argument("--method", default=None, choices=["peagle", "eagle", "dspark"],
                    help=f"default: the preset's, else {D.method}")
     s.add_argument("--data", required=True, help="folder written by `peagle-lab regenerate`")
     s.add_argument("--out", required=True, help="run folder (checkpoint.pt lives here; a rerun resumes it)")

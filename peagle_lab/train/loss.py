@@ -119,7 +119,10 @@ def element_outputs(drafter: Eagle3Drafter, el: Elements, data: SeqData, method:
         return _forward_parallel(drafter, el, data, attention, logits=logits)
     if method == "eagle":
         return _forward_sequential(drafter, el, data, attention, logits=logits)
-    raise ValueError(f"unknown training method {method!r}; use 'peagle' or 'eagle'")
+    if method == "dspark" and logits:
+        from .blocks import element_logits
+        return element_logits(drafter, el, data)
+    raise ValueError(f"unknown training method {method!r}; use 'peagle', 'eagle' or 'dspark'")
 
 
 def element_losses(drafter: Eagle3Drafter, el: Elements, data: SeqData, method: str,
@@ -324,7 +327,10 @@ def padded_loss(drafter: Eagle3Drafter, el: Elements, data: SeqData, *, method: 
         return padded_parallel_loss(drafter, el, data, **kwargs)
     if method == "eagle":
         return padded_sequential_loss(drafter, el, data, **kwargs)
-    raise ValueError(f"unknown training method {method!r}; use 'peagle' or 'eagle'")
+    if method == "dspark":
+        from .blocks import block_loss
+        return block_loss(drafter, el, data, **kwargs)
+    raise ValueError(f"unknown training method {method!r}; use 'peagle', 'eagle' or 'dspark'")
 
 
 def sequence_loss(drafter: Eagle3Drafter, el: Elements, data: SeqData, *, method: str, max_depth: int,
@@ -336,6 +342,9 @@ def sequence_loss(drafter: Eagle3Drafter, el: Elements, data: SeqData, *, method
     segment plus its depth-0 context instead of the whole expanded sequence.
     """
     n_el = len(el)
+    if method == "dspark":                               # blocks: one layout, no partitioning
+        return padded_loss(drafter, el, data, method=method, max_depth=max_depth, normalizer=normalizer,
+                           backward=backward)
     if num_segments <= 1:
         every = torch.ones(n_el, dtype=torch.bool, device=el.anchor.device)
         parts = element_losses(drafter, el, data, method, max_depth, every, attention)

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..compat import check_compatible
+from ..compat import check_compatible, drafting_method
 from ..drafter import Eagle3Drafter
 from ..engines.frame import accepted_prefix
 from ..stats import AcceptanceStats
@@ -89,8 +89,8 @@ def replay_acceptance(target, drafter: Eagle3Drafter, prompt_ids: list[int], rep
     EOS: ``generate(..., stop_at_eos=False)``). ``eos``: also stop, as the engine does, once a
     produced token is one of these (the engine's last step may still accept drafts past it).
     """
-    if method not in ("peagle", "eagle"):
-        raise ValueError(f"unknown method {method!r}; use 'peagle' or 'eagle'")
+    if method not in ("peagle", "eagle", "dspark"):
+        raise ValueError(f"unknown method {method!r}; use 'peagle', 'eagle' or 'dspark'")
     budget = len(reply_ids) - k - 1 if max_new_tokens is None else max_new_tokens
     if budget < 1 or budget + k + 1 > len(reply_ids):
         raise ValueError(f"a reply of {len(reply_ids)} tokens replays at most {len(reply_ids) - k - 1} new tokens "
@@ -188,7 +188,7 @@ def evaluate_drafters(target, drafters: dict[str, Eagle3Drafter], prompts: list[
         check_compatible(drafter, target, k if drafter.cfg.parallel_drafting else None)
     results = {}
     for name, drafter in drafters.items():
-        method = "peagle" if drafter.cfg.parallel_drafting else "eagle"
+        method = drafting_method(drafter)
         total, per_prompt = replay_prompts(target, drafter, prompts, replies, method=method, k=k,
                                            max_new_tokens=max_new_tokens)
         row = {"method": method, "acceptance_length": round(total.stats.acceptance_length, 4),

@@ -187,6 +187,24 @@ def cod_for_conversations(data: SeqData, cfg: "TrainConfig", step: int, global_i
     return out
 
 
+def blocks_for_conversations(data: SeqData, cfg: "TrainConfig", step: int, global_ids: list[int]) -> Elements:
+    """DSpark's training blocks, ``cfg.blocks`` anchors per conversation, seeded like :func:`cod_for_conversations`."""
+    from .blocks import block_elements
+
+    parts, offset = [], 0
+    doc = data.doc.cpu()
+    for local, gid in enumerate(global_ids):
+        n = int((doc == local).sum())
+        g = torch.Generator().manual_seed((cfg.seed * 1_000_003 + step) * 4099 + gid)
+        el = block_elements(n, cfg.max_depth, cfg.blocks, data.supervised[offset: offset + n].cpu(), g)
+        parts.append(Elements(el.anchor + offset, el.depth, torch.full_like(el.anchor, local)))
+        offset += n
+    out = parts[0]
+    for p in parts[1:]:
+        out = out.concat(p)
+    return out
+
+
 def with_feature_noise(data: SeqData, amplitude: float, seed: int, global_ids: list[int] | None = None) -> SeqData:
     """``data`` with uniform noise in ``[-amplitude, amplitude]`` added to the target's features (training only:
     the drafter learns not to lean on exact feature values, which differ a little at inference -- another
@@ -263,7 +281,15 @@ class Trainer:
         if cfg.share_lm_head and cfg.draft_vocab_size != target.vocab_size:
             raise ValueError(f"share_lm_head drafts over the target's whole vocabulary: set draft_vocab_size="
                              f"{target.vocab_size} (got {cfg.draft_vocab_size})")
-        if drafter is None:
+        if drafter is None and cfg.method == "dspark":
+            from ..dspark import DSparkConfig, init_dspark
+            dcfg = DSparkConfig.for_target(target, num_layers=cfg.num_layers, draft_vocab_size=cfg.draft_vocab_size,
+                                           intermediate_size=cfg.intermediate_size, markov_rank=cfg.markov_rank,
+                                           block_size=cfg.max_depth, mask_token_id=cfg.mask_token_id)
+            drafter = init_dspark(dcfg, target, seed=cfg.seed)
+            drafter.set_draft_vocab(self.draft_ids)
+            drafter.markov_head.requires_grad_(cfg.markov_head)     # off: markov_w2 stays zero, no bias at all
+        elif drafter is None:
             dcfg = DrafterConfig.for_target(target, num_layers=cfg.num_layers, draft_vocab_size=cfg.draft_vocab_size,
                                             parallel_drafting=cfg.method == "peagle",
                                             intermediate_size=cfg.intermediate_size,
@@ -342,7 +368,8 @@ class Trainer:
         not on which process or micro-batch packs it."""
         tokens, supervised, doc = packed_layout([batch[i] for i in ids], self.cfg.max_len)
         layout = SeqData(tokens, torch.empty(0), torch.empty(0), supervised, doc)
-        el = cod_for_conversations(layout, self.cfg, step, ids)
+        pick = blocks_for_conversations if self.cfg.method == "dspark" else cod_for_conversations
+        el = pick(layout, self.cfg, step, ids)
         return Elements(el.anchor.to(self.device), el.depth.to(self.device), el.doc.to(self.device)), \
             int(supervised_mask(el, layout).sum())
 
@@ -414,7 +441,7 @@ class Trainer:
         """The engine's greedy AL at ``val_k`` on the validation replies, by replay (one pass per reply)."""
         if not self.val_replies:
             return None
-        k = min(self.cfg.val_k, self.cfg.max_depth) if self.cfg.method == "peagle" else self.cfg.val_k
+        k = min(self.cfg.val_k, self.cfg.max_depth) if self.cfg.method != "eagle" else self.cfg.val_k
         prompts, replies = zip(*self.val_replies)
         budget = len(replies[0]) - self.cfg.val_k - 1       # greedy_replies gives every reply the same length
         self.drafter.eval()
@@ -547,6 +574,13 @@ class Trainer:
         rows = [r for i, r in enumerate(self.history) if i % every == 0 or "val_al" in r]
         record = json.dumps({"config": {**asdict(self.cfg), "steps": self.total_steps}, "steps": self.step,
                              "history": rows})
+        if self.cfg.method == "dspark":
+            from ..dspark import save_dspark
+            try:
+                return save_dspark(self.drafter.cpu(), path, dtype=dtype, extra_files={"training.json": record},
+                                   overwrite=overwrite, flag=flag)
+            finally:
+                self.drafter.to(self.device)
         config = vllm_config_dict(self.drafter.cfg, str(dtype).removeprefix("torch."))
         if self.drafter.mask_embedding is not None:          # materialise_for_vllm() refuses another target's table
             config[FINGERPRINT_KEY] = embedding_fingerprint(self.target.model.get_input_embeddings().weight)

@@ -11,17 +11,17 @@
 # exports and logs back.
 #   ARMS="name|method|data|flags"  data: all (greedy + both sampled) or greedy. An arm's flags come last, so they
 #   override the shared ones (--lr 3e-4 --init-from peagle_lab/drafters/peagle-smollm2: a fine-tuning arm).
-#   DATA_TGZ=benchmarks/gpu/data/recipe_greedy_4119.tgz REGEN_SECONDS=0: train on the recorded multi-turn data;
+#   DATA_TGZ=lab/gpu/data/recipe_greedy_4119.tgz REGEN_SECONDS=0: train on the recorded multi-turn data;
 #   REGEN_SETS="t07a t07b" with DATA_TGZ: regenerate only the sampled replies, beside the archive's greedy ones.
-#   bash benchmarks/gpu/20_recipe.sh
+#   bash lab/gpu/20_recipe.sh
 set -uxo pipefail
 export PEAGLE_GGUF=${PEAGLE_GGUF:-/tmp/pk/SmolLM2-135M-Instruct.Q4_1.gguf} PEAGLE_CACHE=${PEAGLE_CACHE:-/tmp/pk/cache} PYTHONPATH=. PYTHONUNBUFFERED=1
-bash benchmarks/gpu/install_wheels.sh
-bash benchmarks/gpu/join_gguf.sh || exit 1
+bash lab/gpu/install_wheels.sh
+bash lab/gpu/join_gguf.sh || exit 1
 python -c "from peagle_lab.assets import resolve_target; print(resolve_target(None))" 2>&1 | tail -n 1
 rm -rf /tmp/pk/code && mkdir -p /tmp/pk/code && cp -r peagle_lab /tmp/pk/code/
 [ -f /tmp/pk/sharegpt_turns.jsonl.gz ] && gunzip -c /tmp/pk/sharegpt_turns.jsonl.gz > /tmp/pk/sharegpt_turns.jsonl
-# DATA_TGZ=benchmarks/gpu/data/recipe_greedy_4119.tgz REGEN_SECONDS=0: train on the recorded data (folders
+# DATA_TGZ=lab/gpu/data/recipe_greedy_4119.tgz REGEN_SECONDS=0: train on the recorded data (folders
 # data/greedy, gB, gC, gD of greedy multi-turn replies), no regeneration; "greedy" arms then see data/greedy alone.
 [ -n "${DATA_TGZ:-}" ] && tar xzf "$DATA_TGZ" -C /tmp/pk
 P="--num-layers 4 --set intermediate_size=384 --set share_lm_head=true --set max_depth=8 --set cod_ratio=0.8"

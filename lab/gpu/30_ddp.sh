@@ -9,7 +9,7 @@
 #   2. carry parts/gguf.part-01: parks it (and runs the tests if they have not run on this machine). Seconds.
 #   3. carry parts/gguf.part-02 parts/wheels/gguf-0.19.0-py3-none-any.whl (the tree + one GGUF part leave ~1.7 MB
 #      of the 64 MiB: not the whole parts/wheels): joins and converts the target, then trains the P-EAGLE recipe on
-#      the regenerated data in benchmarks/gpu/data/recipe_greedy_4119.tgz (data/greedy + gC + gD, 4,119 samples; gB
+#      the regenerated data in lab/gpu/data/recipe_greedy_4119.tgz (data/greedy + gC + gD, 4,119 samples; gB
 #      is the unused 512) for STEPS (300) steps of 32 conversations, checkpoints every STEPS/2:
 #        a. on one GPU (one process);
 #        b. torchrun --nproc-per-node 2 (NCCL, a GPU each), stopped after STEPS/2 (--stop-after; rank 0 writes the
@@ -21,10 +21,10 @@
 #      gradient figures) and ddp_logs.tgz. Stays within CALL_S (535 s) with per-leg timeouts.
 # Run the three within 30 s of each other (an idle machine is given back) and all on one machine kind:
 # nvidia-h200-x2 where it is offered, else nvidia-h200 (another kind starts a bare machine without the parked parts).
-#   bash benchmarks/gpu/30_ddp.sh
+#   bash lab/gpu/30_ddp.sh
 # STAGE=tests|train forces a stage; STEPS, BATCH, MAX_LEN, LEG1_S, LEG2_S, CALL_S tune the training step. A dry run
 # of step 3 on a CPU (no GGUF parts): PK=/tmp/ddp-dry PEAGLE_GGUF=<the local .gguf> PEAGLE_CACHE=~/.cache/peagle-lab
-# STAGE=train DEVICE=cpu STEPS=4 BATCH=2 MAX_LEN=128 bash benchmarks/gpu/30_ddp.sh
+# STAGE=train DEVICE=cpu STEPS=4 BATCH=2 MAX_LEN=128 bash lab/gpu/30_ddp.sh
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1   # the machine's rule: no NVLink multicast
 PK=${PK:-/tmp/pk}                                          # where parts are parked (another folder: a dry run on a CPU)
@@ -76,12 +76,12 @@ if [ "$STAGE" = tests ]; then
 fi
 
 # ------------------------------------------------------------------ training legs (step 3)
-bash benchmarks/gpu/install_wheels.sh
+bash lab/gpu/install_wheels.sh
 [ -f "$PEAGLE_GGUF" ] || cat "$PK/gguf.part-00" "$PK/gguf.part-01" "$PK/gguf.part-02" > "$PEAGLE_GGUF"
 python -c "from peagle_lab.assets import resolve_target; print(resolve_target(None))" 2>&1 | tail -n 1
 echo "target ready at ${SECONDS} s"
 rm -rf "$W/data" "$W/mix" "$W"/run-* "$W"/export-* "$W/legs.jsonl" "$W/ckpt_after_stop.json"
-tar xzf benchmarks/gpu/data/recipe_greedy_4119.tgz -C "$W" && mkdir -p "$W/mix"
+tar xzf lab/gpu/data/recipe_greedy_4119.tgz -C "$W" && mkdir -p "$W/mix"
 for d in greedy gC gD; do for f in "$W"/data/$d/shard-*.pt; do b=$(basename "$f"); ln -sf "$f" "$W/mix/shard-$d-${b#shard-}"; done; done
 ls "$W/mix" | wc -l
 
@@ -140,7 +140,7 @@ one, two = load("run-1gpu"), load("run-2proc")
 legs = [json.loads(x) for x in (W / "legs.jsonl").read_text().splitlines()] if (W / "legs.jsonl").exists() else []
 rec = {
     "what": "issue 20: P-EAGLE recipe under torchrun DDP (2 processes) vs one GPU, same steps and data; stop + resume on 2 processes",
-    "script": "benchmarks/gpu/30_ddp.sh (step 3; steps 1-2 parked the GGUF and ran the DDP tests on CUDA)",
+    "script": "lab/gpu/30_ddp.sh (step 3; steps 1-2 parked the GGUF and ran the DDP tests on CUDA)",
     "machine": {"gpus": ngpu, "names": [torch.cuda.get_device_name(i) for i in range(ngpu)], "torch": torch.__version__,
                 "cuda": torch.version.cuda, "nccl": ".".join(map(str, torch.cuda.nccl.version())) if ngpu else None},
     "mode": mode,

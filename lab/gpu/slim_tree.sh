@@ -3,14 +3,14 @@
 # shipped drafters), so a call carries one 31 MB vLLM part beside it. With the drafters and the recipe replies moved
 # out of the tree (to /tmp/peagle-slim) it weighs about 3 MB, and two parts fit a call: 8 parking calls instead of 15.
 #
-#   bash benchmarks/gpu/slim_tree.sh out    # before the first parking call
-#   bash benchmarks/gpu/slim_tree.sh back   # before the START=1 call, which copies the shipped pair for the eval
+#   bash lab/gpu/slim_tree.sh out    # before the first parking call
+#   bash lab/gpu/slim_tree.sh back   # before the START=1 call, which copies the shipped pair for the eval
 #
-# Nothing is deleted: `back` (or `git checkout -- peagle_lab/drafters benchmarks/gpu/data`) restores them.
+# Nothing is deleted: `back` (or `git checkout -- peagle_lab/drafters lab/gpu/data`) restores them.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 HOLD=${SLIM_HOLD:-/tmp/peagle-slim}
-MOVED=(peagle_lab/drafters benchmarks/gpu/data/recipe_greedy_4119.tgz)
+MOVED=(peagle_lab/drafters lab/gpu/data/recipe_greedy_4119.tgz)
 case "${1:-}" in
   out)
     mkdir -p "$HOLD"
@@ -26,7 +26,7 @@ case "${1:-}" in
     for p in "${MOVED[@]}"; do
       [ -e "$HOLD/$(basename "$p")" ] && [ ! -e "$p" ] && mv "$HOLD/$(basename "$p")" "$p"
     done
-    git diff --quiet --exit-code -- peagle_lab/drafters benchmarks/gpu/data \
+    git diff --quiet --exit-code -- peagle_lab/drafters lab/gpu/data \
       && echo "tree whole again" || { echo "slim_tree.sh: the tree differs from git: git status" >&2; exit 1; } ;;
   *)
     echo "usage: slim_tree.sh out | back" >&2; exit 2 ;;

@@ -6,7 +6,7 @@
 #      the prompts actually run), with per-step time split and launch / memory floors;
 #   3. transformers' generate with its static (compiled) cache on a few prompts, as the bar to beat.
 # Raw JSON: $OUT/fast_engine_h200.json (+ the per-phase parts and logs).
-# Quicker: KS=1,3,7 NUM_PROMPTS=4 MAX_NEW=128 TOTAL_S=240 bash benchmarks/gpu/20_fast_engine.sh
+# Quicker: KS=1,3,7 NUM_PROMPTS=4 MAX_NEW=128 TOTAL_S=240 bash lab/gpu/20_fast_engine.sh
 # Plumbing dry run on a CPU: DEVICE=cpu RUN_TESTS=0 HF_PROMPTS=0 KS=2 NUM_PROMPTS=1 MAX_NEW=8 OUT=/tmp/o bash ...
 set -uo pipefail
 export PEAGLE_GGUF=${PEAGLE_GGUF:-/tmp/pk/SmolLM2-135M-Instruct.Q4_1.gguf} PEAGLE_CACHE=${PEAGLE_CACHE:-/tmp/pk/cache}
@@ -14,13 +14,13 @@ export PYTHONPATH=. PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 export KS=${KS:-1,2,3,4,5,6,7,8} NUM_PROMPTS=${NUM_PROMPTS:-12} MAX_NEW=${MAX_NEW:-256}
 TOTAL_S=${TOTAL_S:-420}
 OUT=${OUT:-/tmp/fast_engine_out}; mkdir -p "$OUT"
-export COMMAND="KS=$KS NUM_PROMPTS=$NUM_PROMPTS MAX_NEW=$MAX_NEW TOTAL_S=$TOTAL_S bash benchmarks/gpu/20_fast_engine.sh"
+export COMMAND="KS=$KS NUM_PROMPTS=$NUM_PROMPTS MAX_NEW=$MAX_NEW TOTAL_S=$TOTAL_S bash lab/gpu/20_fast_engine.sh"
 PY="python benchmarks/gpu/fast_engine_bench.py"
 
 # seconds for a phase: at most CAP, leaving RESERVE for the phases after it
 left() { local cap=$1 reserve=$2 l=$((TOTAL_S - SECONDS - $2)); [ "$l" -lt "$cap" ] && echo $((l > 5 ? l : 5)) || echo "$cap"; }
 
-bash benchmarks/gpu/install_wheels.sh
+bash lab/gpu/install_wheels.sh
 nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader || true
 timeout "$(left 90 300)" python -c "from peagle_lab.assets import resolve_target; print('target:', resolve_target(None))" 2>&1 | tail -n 1
 echo "== target ready at ${SECONDS} s"

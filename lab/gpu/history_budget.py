@@ -12,8 +12,8 @@ the files hold. ``--adding BYTES`` counts a change not committed yet (``resume_p
 carry folders' size, because it adds them and removes them again). It exits 1, naming the fix, when the total
 would pass ``--limit-mib``.
 
-    python benchmarks/gpu/history_budget.py                 # since this checkout started (the branch's reflog)
-    python benchmarks/gpu/history_budget.py --base feade89 --adding 70000000
+    python lab/gpu/history_budget.py                 # since this checkout started (the branch's reflog)
+    python lab/gpu/history_budget.py --base feade89 --adding 70000000
 """
 from __future__ import annotations
 

@@ -2,11 +2,11 @@
 # Here, after each data_scale.sh call: unpack the carry folders it brought back (carry-<method>.tar.N pieces) into
 # parts/resume-<method>/, replacing the older one only when the new one unpacks whole.
 #
-#   bash benchmarks/gpu/keep_carry.sh FILES_AT        # the folder the call's files came back to
+#   bash lab/gpu/keep_carry.sh FILES_AT        # the folder the call's files came back to
 #
 # parts/resume-peagle/ and parts/resume-eagle/ are then what the next allocation parks (one call each) to go on
 # with --resume. parts/ does not outlive a fresh checkout: when the run stops, keep the last carry folders in the
-# repository's history (benchmarks/gpu/resume_parts.sh says how).
+# repository's history (lab/gpu/resume_parts.sh says how).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 FROM=${1:?usage: keep_carry.sh FILES_AT}

@@ -12,8 +12,8 @@
 #      single-request AR (the fast engine's, untimed, when the call has no batch-1 row).
 # Raw JSON: $OUT/batch_rows_h200.json (the calls' rows together) + $OUT/batch_rows_b*.json and logs per call.
 # K = 7 as a second call on the same warm machine (the target stays converted in /tmp/pk/cache):
-#   RUN_TESTS=0 KS=7 OUT=$OUT/k7 bash benchmarks/gpu/22_batch_rows.sh      (expected: ~20 s + ~60-110 s per batch size)
-# Quicker: BATCH_SIZES="1 8 32" MAX_NEW=128 TOTAL_S=300 bash benchmarks/gpu/22_batch_rows.sh
+#   RUN_TESTS=0 KS=7 OUT=$OUT/k7 bash lab/gpu/22_batch_rows.sh      (expected: ~20 s + ~60-110 s per batch size)
+# Quicker: BATCH_SIZES="1 8 32" MAX_NEW=128 TOTAL_S=300 bash lab/gpu/22_batch_rows.sh
 # COMPILE=default (or max-autotune-no-cudagraphs) fuses the batch-1 row's steps (the fast engine; B > 1 rows run the
 # batched teaching engine, which has no compiled path).
 # Plumbing dry run on a CPU: DEVICE=cpu RUN_TESTS=0 KS=2 BATCH_SIZES="1 2" NUM_PROMPTS=2 MAX_NEW=4 OUT=/tmp/o bash ...
@@ -23,14 +23,14 @@ export PYTHONPATH=. PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 KS=${KS:-3} BATCH_SIZES=${BATCH_SIZES:-1 8 32 64} NUM_PROMPTS=${NUM_PROMPTS:-12} MAX_NEW=${MAX_NEW:-256}
 DTYPE=${DTYPE:-float32} DEVICE=${DEVICE:-cuda} TOTAL_S=${TOTAL_S:-540}
 OUT=${OUT:-/tmp/batch_rows_out}; mkdir -p "$OUT"
-COMMAND="COMPILE=${COMPILE:-} KS=$KS BATCH_SIZES=\"$BATCH_SIZES\" NUM_PROMPTS=$NUM_PROMPTS MAX_NEW=$MAX_NEW DTYPE=$DTYPE TOTAL_S=$TOTAL_S bash benchmarks/gpu/22_batch_rows.sh"
+COMMAND="COMPILE=${COMPILE:-} KS=$KS BATCH_SIZES=\"$BATCH_SIZES\" NUM_PROMPTS=$NUM_PROMPTS MAX_NEW=$MAX_NEW DTYPE=$DTYPE TOTAL_S=$TOTAL_S bash lab/gpu/22_batch_rows.sh"
 
 # seconds for a phase: at most CAP, leaving RESERVE for the phases after it
 left() { local cap=$1 l=$((TOTAL_S - SECONDS - $2)); [ "$l" -lt "$cap" ] && echo $((l > 5 ? l : 5)) || echo "$cap"; }
 
 if [ "$DEVICE" = cuda ]; then
-  bash benchmarks/gpu/install_wheels.sh
-  bash benchmarks/gpu/join_gguf.sh || exit 1
+  bash lab/gpu/install_wheels.sh
+  bash lab/gpu/join_gguf.sh || exit 1
   nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader || true
 fi
 timeout "$(left 90 400)" python -c "from peagle_lab.assets import resolve_target; print('target:', resolve_target(None))" 2>&1 | tail -n 1

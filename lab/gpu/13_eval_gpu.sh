@@ -3,11 +3,11 @@
 # drafter and per category; $OUT/gpu_eval_tests.log), then the shipped pair on 40 MT-Bench prompts spread over the
 # set (every category) at K=7 with the target and the drafters on the GPU ($OUT/eval_h200_mtbench40.json).
 # Run after 06_park.sh has parked parts/gguf.part-00 and -01; this command carries parts/gguf.part-02 (parts/wheels
-# parked by 06_park.sh):   bash benchmarks/gpu/13_eval_gpu.sh
+# parked by 06_park.sh):   bash lab/gpu/13_eval_gpu.sh
 set -uxo pipefail
 export PEAGLE_GGUF=${PEAGLE_GGUF:-/tmp/pk/SmolLM2-135M-Instruct.Q4_1.gguf} PEAGLE_CACHE=${PEAGLE_CACHE:-/tmp/pk/cache} PYTHONPATH=. PYTHONUNBUFFERED=1
-bash benchmarks/gpu/install_wheels.sh
-bash benchmarks/gpu/join_gguf.sh || exit 1
+bash lab/gpu/install_wheels.sh
+bash lab/gpu/join_gguf.sh || exit 1
 python -c "from peagle_lab.assets import resolve_target; print(resolve_target(None))" 2>&1 | tail -n 1
 PEAGLE_TEST_DEVICE=cuda timeout 120 python -m pytest -q -p no:cacheprovider tests/test_replay.py > "$OUT/gpu_eval_tests.log" 2>&1
 tail -n 5 "$OUT/gpu_eval_tests.log"

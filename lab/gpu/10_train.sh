@@ -15,11 +15,11 @@
 # VAL_PROMPTS MT-Bench prompts) is logged at every checkpoint. Batches are grouped by length (1.5x supervised
 # elements/s on the H200: results/train_step_grouped_h200.json).
 # Run after 06_park.sh twice; this command carries parts/gguf.part-02 (parts/wheels parked by 06_park.sh):
-#   TRAIN_MINUTES=20 CALL_SECONDS=90 bash benchmarks/gpu/10_train.sh
+#   TRAIN_MINUTES=20 CALL_SECONDS=90 bash lab/gpu/10_train.sh
 set -uxo pipefail
 export PEAGLE_GGUF=${PEAGLE_GGUF:-/tmp/pk/SmolLM2-135M-Instruct.Q4_1.gguf} PEAGLE_CACHE=${PEAGLE_CACHE:-/tmp/pk/cache} PYTHONPATH=. PYTHONUNBUFFERED=1
-bash benchmarks/gpu/install_wheels.sh
-bash benchmarks/gpu/join_gguf.sh || exit 1
+bash lab/gpu/install_wheels.sh
+bash lab/gpu/join_gguf.sh || exit 1
 python -c "from peagle_lab.assets import resolve_target; print(resolve_target(None))" 2>&1 | tail -n 1
 rm -rf /tmp/pk/code && mkdir -p /tmp/pk/code /tmp/pk/mix && cp -r peagle_lab /tmp/pk/code/
 for f in /tmp/pk/data/shard-*.pt; do b=$(basename "$f"); ln -sf "$f" "/tmp/pk/mix/shard-0${b#shard-}"; done

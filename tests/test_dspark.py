@@ -1,0 +1,193 @@
+"""DSpark (peagle_lab.dspark): lossless in the engine, the training graph equal to the engine's, replay equal to
+the engine, and checkpoints in the layout vLLM's Qwen3DSparkModel loads."""
+import json
+
+import pytest
+import torch
+
+from helpers import tiny_target
+from peagle_lab.checkpoint import load_drafter
+from peagle_lab.compat import drafting_method
+from peagle_lab.dspark import DSparkConfig, init_dspark, load_dspark, save_dspark, vllm_config_dict
+from peagle_lab.engines.drafting import draft_markov
+from peagle_lab.engines.teaching import generate
+from peagle_lab.train.blocks import block_elements, element_logits
+from peagle_lab.train.cod import Elements
+from peagle_lab.train.data import Sample
+from peagle_lab.train.features import target_batch
+from peagle_lab.train.replay import replay_acceptance
+
+from test_sampling import chi2_pvalue
+
+
+def dspark(target, *, seed=0, vd=None, markov=0.5, layers=2, block=8, rank=8):
+    """A random DSpark drafter; ``markov`` scales markov_w2 (0: the head adds nothing)."""
+    cfg = DSparkConfig.for_target(target, num_layers=layers, draft_vocab_size=vd, markov_rank=rank, block_size=block,
+                                  intermediate_size=64)
+    d = init_dspark(cfg, target, seed=seed)
+    g = torch.Generator().manual_seed(seed)
+    if vd and vd < target.vocab_size:
+        d.set_draft_vocab(torch.randperm(target.vocab_size, generator=g)[:vd])
+    with torch.no_grad():
+        d.markov_head.markov_w2.weight.normal_(0, markov, generator=g)
+        d.lm_head.weight.mul_(20.0)                                      # peaky: drafts that differ by position
+    return d.to(target.device).eval()
+
+
+@pytest.fixture(scope="module")
+def small():
+    return tiny_target(vocab=64, seed=3, logit_scale=2.0, layers=5)
+
+
+@pytest.mark.parametrize("k", [1, 3, 6])
+def test_greedy_dspark_equals_ar_on_the_real_target(target, mtbench_ids, k):
+    d = dspark(target, seed=1, vd=4096, markov=0.05)
+    ref = generate(target, mtbench_ids[0], method="ar", max_new_tokens=40).tokens
+    out = generate(target, mtbench_ids[0], method="dspark", drafter=d, k=k, max_new_tokens=40)
+    assert out.tokens == ref
+    assert len(out.acceptance.per_position) == k
+
+
+def test_greedy_dspark_equals_ar_when_drafts_are_often_right(small):
+    """A drafter that learned the tiny target a little (a few steps of its own loss) accepts some drafts, so the
+    accept-and-roll-back path runs, and the output still equals plain decoding."""
+    from peagle_lab.train.loss import padded_loss
+    d = dspark(small, seed=2, markov=0.0).train()
+    samples = [Sample(torch.tensor(generate(small, [i % 64, 7], method="ar", max_new_tokens=30,
+                                            stop_at_eos=False).tokens), 0) for i in range(6)]
+    opt = torch.optim.Adam([p for p in d.parameters() if p.requires_grad], lr=3e-2)
+    with torch.no_grad():                                                  # the target is frozen, as in training
+        data = target_batch(small, samples, torch.arange(64), 64)
+    n = data.tokens.numel()
+    el = Elements(*(t.reshape(-1) for t in torch.meshgrid(torch.arange(n - 9), torch.arange(4), indexing="ij")),
+                  data.doc[torch.arange(n - 9)].repeat_interleave(4))
+    for _ in range(60):
+        opt.zero_grad()
+        padded_loss(d, el, data, method="dspark", max_depth=4, backward=True)
+        opt.step()
+    d.eval()
+    accepted = 0
+    for start in range(5):
+        prompt = [start, 9, 4]
+        ref = generate(small, prompt, method="ar", max_new_tokens=24, stop_at_eos=False).tokens
+        out = generate(small, prompt, method="dspark", drafter=d, k=4, max_new_tokens=24, stop_at_eos=False)
+        assert out.tokens == ref
+        accepted += out.acceptance.num_accepted_tokens
+    assert accepted > 10, accepted
+
+
+@pytest.mark.slow
+def test_sampled_dspark_follows_the_target_distribution():
+    tiny = tiny_target(vocab=8, seed=0, logit_scale=0.6)
+    d = dspark(tiny, seed=5, markov=3.0)
+    with torch.no_grad():
+        d.lm_head.weight.mul_(3.0)
+    pvalue, accepted_per_step = chi2_pvalue(tiny, d, "dspark")
+    assert pvalue > 1e-3
+    assert 0.1 < accepted_per_step < 2.5, accepted_per_step
+
+
+def test_training_graph_equals_the_engine(target, mtbench_ids):
+    """Slot d of a training block gives the engine's logits for the same context, block and previous token."""
+    d = dspark(target, seed=4, vd=4096)
+    ids = mtbench_ids[1]
+    full = torch.tensor(ids + generate(target, ids, method="ar", max_new_tokens=12).tokens)
+    data = target_batch(target, [Sample(full, len(ids))], d.to_target_ids(torch.arange(4096)).sort().values,
+                        full.numel())
+    a, k = len(ids) + 3, 6
+    got = element_logits(d, Elements(torch.full((k,), a), torch.arange(k)), data)         # teacher-forced (k, Vd)
+    # the engine, with each slot's previous token set to the real one (what the training graph feeds)
+    real = full[a + 2: a + 2 + k]                                          # what slot d predicts
+    seen = []
+    real_pick = iter(real.tolist())
+
+    def pick(drafter, logits, temperature, gen):
+        seen.append(logits[0])
+        return torch.tensor([next(real_pick)]), None
+
+    import peagle_lab.engines.drafting as drafting
+    old = drafting._pick
+    drafting._pick = pick
+    try:
+        draft_markov(d, d.new_cache(), full[1: a + 2], data.aux[: a + 1], k)
+    finally:
+        drafting._pick = old
+    # slot 0's previous token is x_{a+1} (the block's first input) on both sides; later slots: the real tokens
+    torch.testing.assert_close(torch.stack(seen), got, rtol=1e-4, atol=1e-4)
+
+
+def test_replay_equals_the_engine(target, mtbench_ids):
+    d = dspark(target, seed=6, vd=4096, markov=0.05)
+    ids, k = mtbench_ids[2], 4
+    reply = generate(target, ids, method="ar", max_new_tokens=48 + k + 1, stop_at_eos=False).tokens
+    engine = generate(target, ids, method="dspark", drafter=d, k=k, max_new_tokens=48, stop_at_eos=False)
+    rep = replay_acceptance(target, d, ids, reply, method="dspark", k=k, max_new_tokens=48)
+    assert rep.steps[0] == [s.accepted for s in engine.steps]
+    assert rep.stats.per_position == engine.acceptance.per_position
+
+
+def test_checkpoint_round_trip_and_vllm_layout(target, tmp_path, mtbench_ids):
+    d = dspark(target, seed=7, vd=4096)
+    save_dspark(d, tmp_path / "ds", dtype=torch.float32)
+    cfg = json.loads((tmp_path / "ds" / "config.json").read_text())
+    assert cfg["architectures"] == ["Qwen3DSparkModel"] and cfg["model_type"] == "qwen3"
+    assert cfg["dflash_config"]["causal"] is True and cfg["sample_from_anchor"] is True
+    assert cfg["eagle_aux_hidden_state_layer_ids"] == list(target.aux_layer_ids)
+    assert cfg["dflash_config"]["target_layer_ids"] == [i - 1 for i in target.aux_layer_ids]
+    from safetensors.torch import load_file
+    keys = set(load_file(str(tmp_path / "ds" / "model.safetensors")))
+    # what vLLM's Qwen3DSparkForCausalLM.load_weights maps (model. prefix added there; t2d skipped; d2t renamed)
+    want = {"fc.weight", "hidden_norm.weight", "norm.weight", "lm_head.weight", "d2t", "t2d",
+            "markov_head.markov_w1.weight", "markov_head.markov_w2.weight"}
+    for i in range(2):
+        want |= {f"layers.{i}.{n}.weight" for n in (
+            "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "self_attn.q_norm",
+            "self_attn.k_norm", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj", "input_layernorm",
+            "post_attention_layernorm")}
+    assert keys == want
+    back = load_drafter(tmp_path / "ds", target)                  # the package's one loader dispatches on config
+    assert drafting_method(back) == "dspark"
+    a = generate(target, mtbench_ids[0], method="dspark", drafter=d, k=5, max_new_tokens=20)
+    b = generate(target, mtbench_ids[0], method="dspark", drafter=back, k=5, max_new_tokens=20)
+    assert [s.drafts for s in a.steps] == [s.drafts for s in b.steps]
+
+
+def test_bad_dspark_checkpoints_are_named(target, tmp_path):
+    d = dspark(target, seed=8, vd=4096)
+    save_dspark(d, tmp_path / "ds", dtype=torch.float32)
+    cfg = json.loads((tmp_path / "ds" / "config.json").read_text())
+    del cfg["markov_rank"]
+    (tmp_path / "ds" / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ValueError, match="markov_rank"):
+        load_dspark(tmp_path / "ds", target)
+    cfg["markov_rank"] = 16                                         # weights say 8
+    (tmp_path / "ds" / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ValueError, match="shape"):
+        load_dspark(tmp_path / "ds", target)
+
+
+def test_method_and_drafter_must_match(target, mtbench_ids):
+    d = dspark(target, seed=9, vd=4096)
+    with pytest.raises(ValueError, match="method 'peagle' cannot run a DSpark drafter"):
+        generate(target, mtbench_ids[0], method="peagle", drafter=d, k=3, max_new_tokens=4)
+    with pytest.raises(ValueError, match="exceeds the depth"):
+        generate(target, mtbench_ids[0], method="dspark", drafter=d, k=9, max_new_tokens=4)
+
+
+def test_block_elements_cover_whole_blocks_inside_the_conversation():
+    sup = torch.zeros(40, dtype=torch.bool)
+    sup[10:] = True
+    el = block_elements(40, 8, 5, sup, torch.Generator().manual_seed(0))
+    anchors = el.anchor.unique()
+    assert anchors.numel() == 5 and bool(sup[anchors + 2].all())
+    assert bool((el.anchor + 2 + el.depth < 40).all())
+    for a in anchors.tolist():
+        assert el.depth[el.anchor == a].tolist() == list(range(min(8, 40 - 2 - a)))
+
+
+def test_vllm_config_has_what_vllm_reads(target):
+    cfg = DSparkConfig.for_target(target, draft_vocab_size=4096)
+    out = vllm_config_dict(cfg)
+    for key in ("markov_rank", "mask_token_id", "draft_vocab_size", "block_size", "hidden_size", "head_dim"):
+        assert key in out
+    assert out["mask_token_id"] == out["dflash_config"]["mask_token_id"] == 16   # <empty_output>, as P-EAGLE's
