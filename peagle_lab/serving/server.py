@@ -101,7 +101,8 @@ def check_drafter_config(drafter: str, target: str, method: str, k: int) -> None
         problems.append(f"parallel drafting needs a mask token id ({MASK_TOKEN_KEYS[0]}) in the drafter config; "
                         "a drafter without one is an EAGLE-3 drafter: pass it as --drafter eagle=...")
     if method == "dspark" and "markov_rank" not in d:
-        problems.append("method dspark needs a DSpark drafter (config.json with markov_rank); this one is EAGLE-3 style")
+        problems.append("method dspark needs a DSpark drafter (config.json with markov_rank); this one is "
+                        "EAGLE-3 style")
     depth_key = {"peagle": "peagle_trained_depth", "dspark": "block_size"}.get(method)
     too_deep = depth_problem(k, d.get(depth_key)) if depth_key else None
     if too_deep:
