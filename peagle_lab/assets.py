@@ -30,9 +30,9 @@ class AssetMissing(RuntimeError):
 
 def cache_dir() -> Path:
     """Root of peagle-lab's caches (converted targets, generated data)."""
-    root = Path(os.environ.get("PEAGLE_CACHE", Path.home() / ".cache" / "peagle-lab"))
-    root.mkdir(parents=True, exist_ok=True)
-    return root
+    from .atomic import writable_dir
+
+    return writable_dir(Path(os.environ.get("PEAGLE_CACHE", Path.home() / ".cache" / "peagle-lab")))
 
 
 def package_dir(module: str, install_hint: str) -> Path:

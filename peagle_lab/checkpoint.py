@@ -196,21 +196,80 @@ def with_learned_mask_row(drafter: Eagle3Drafter, target, mask_token_id: int | N
     return out
 
 
-def load_drafter(path: str | os.PathLike, target=None, dtype: torch.dtype = torch.float32) -> Eagle3Drafter:
-    """Load a drafter folder; ``target`` fills in missing aux ids / embeddings and is checked."""
-    path = Path(path)
-    if not (path / "config.json").exists():
+def read_config(path: str | os.PathLike) -> dict:
+    """A drafter folder's ``config.json`` as a dict; a missing, truncated or hand-broken one raises naming the file
+    (and the line of a JSON error) and the fix."""
+    file = Path(path) / "config.json"
+    if not file.exists():
         raise FileNotFoundError(f"{path} is not a drafter folder (no config.json); pass the folder save_drafter wrote")
-    from .dspark import is_dspark_dir, load_dspark
-    if is_dspark_dir(path):                              # a DSpark drafter (vLLM's Qwen3DSparkModel layout)
-        return load_dspark(path, target, dtype)
-    cfg = config_from_dict(json.loads((path / "config.json").read_text()))
+    try:
+        raw = json.loads(file.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{file}:{err.lineno}: not valid JSON ({err.msg}); the file is damaged: export or copy the "
+                         "drafter again") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"{file} is not UTF-8 text; the file is damaged: export or copy the drafter again") from None
+    if not isinstance(raw, dict):
+        raise ValueError(f"{file} holds a JSON {type(raw).__name__}, not an object; export or copy the drafter again")
+    return raw
+
+
+def _config(path: Path) -> tuple[dict, DrafterConfig]:
+    raw = read_config(path)
+    try:
+        return raw, config_from_dict(raw)
+    except KeyError as err:
+        raise ValueError(f"{path / 'config.json'} has no {err.args[0]!r}, which a drafter's config needs; add it "
+                         "(or export the drafter again)") from None
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"{path / 'config.json'} holds a value of the wrong kind ({err}); export the drafter "
+                         "again") from None
+
+
+def _read_weights(path: Path) -> dict[str, torch.Tensor]:
     files = sorted(path.glob("*.safetensors"))
     if not files:
         raise FileNotFoundError(f"{path} has no .safetensors weights")
     state = {}
     for f in files:
-        state.update({_canonical_key(k): v for k, v in load_file(str(f)).items()})
+        try:
+            state.update({_canonical_key(k): v for k, v in load_file(str(f)).items()})
+        except Exception as err:                  # safetensors' own error type: a truncated or damaged file
+            first = (str(err).strip().splitlines() or [type(err).__name__])[0][:160]
+            raise ValueError(f"{f} is truncated or damaged ({first}); export or copy the drafter again") from None
+    return state
+
+
+# the config keys that decide each weight's shape, for a message naming the key to fix
+_SHAPE_KEYS = {"q_proj": "num_attention_heads x head_dim", "k_proj": "num_key_value_heads x head_dim",
+               "v_proj": "num_key_value_heads x head_dim", "o_proj": "hidden_size, num_attention_heads x head_dim",
+               "mlp": "intermediate_size, hidden_size", "fc": "hidden_size, 3 x target_hidden_size",
+               "embed_tokens": "vocab_size, hidden_size", "lm_head": "draft_vocab_size, hidden_size",
+               "d2t": "draft_vocab_size", "t2d": "vocab_size"}
+
+
+def _shape_problem(path: Path, raw: dict, cfg: DrafterConfig, key: str, have: tuple, want: tuple) -> str:
+    """One line: which weight disagrees with config.json, and the config key to fix."""
+    part = next((p for p in _SHAPE_KEYS if p in key.split(".")), None)
+    if part in ("k_proj", "v_proj") and "num_key_value_heads" not in raw and have[0] % cfg.head_dim == 0:
+        return (f"{path / 'config.json'} has no num_key_value_heads (so it was taken as num_attention_heads = "
+                f"{cfg.num_heads}), but {key} is {list(have)}: add \"num_key_value_heads\": {have[0] // cfg.head_dim}")
+    decided = f" (set by {_SHAPE_KEYS[part]})" if part else ""
+    return (f"{path}: {key} is {list(have)} in the weights but config.json gives {list(want)}{decided}; the config and "
+            "the weights do not belong together: fix that key or export the drafter again")
+
+
+def load_drafter(path: str | os.PathLike, target=None, dtype: torch.dtype = torch.float32) -> Eagle3Drafter:
+    """Load a drafter folder; ``target`` fills in missing aux ids / embeddings and is checked. A damaged config or
+    weights file, a missing key, or a weight whose shape the config does not describe raises ValueError naming the
+    file and the key."""
+    path = Path(path)
+    read_config(path)                                    # a missing or damaged config.json: named first
+    from .dspark import is_dspark_dir, load_dspark
+    if is_dspark_dir(path):                              # a DSpark drafter (vLLM's Qwen3DSparkModel layout)
+        return load_dspark(path, target, dtype)
+    raw, cfg = _config(path)
+    state = _read_weights(path)
     if cfg.parallel_drafting and "mask_hidden" not in state:
         raise ValueError(f"{path}: config asks for parallel drafting (mask token id) but the weights have no "
                          "mask_hidden; re-export the drafter with its trained mask_hidden")
@@ -244,6 +303,9 @@ def load_drafter(path: str | os.PathLike, target=None, dtype: torch.dtype = torc
     if missing or unexpected:
         raise ValueError(f"{path}: weights do not match an EAGLE-3 drafter of this config "
                          f"(missing {missing[:5]}, unexpected {unexpected[:5]})")
+    for key, value in state.items():
+        if tuple(value.shape) != tuple(own[key].shape):
+            raise ValueError(_shape_problem(path, raw, cfg, key, tuple(value.shape), tuple(own[key].shape)))
     drafter.load_state_dict({k: v.to(own[k].dtype) for k, v in state.items()})
     drafter.to(dtype if dtype is not None else torch.float32)
     drafter.d2t, drafter.t2d = drafter.d2t.long(), drafter.t2d.bool()

@@ -9,6 +9,7 @@ says where it wants the model). The engines, batched or not, run wherever the ta
 'cpu'
 >>> resolve_device("auto") in ("cpu", "cuda")
 True
+>>> from peagle_lab.device import DTYPES      # torch loads here, not when the module does
 >>> DTYPES["bfloat16"]
 torch.bfloat16
 >>> half_dtype((9, 0)), half_dtype((7, 5))      # an H200; a T4 (Colab's free GPU)
@@ -17,20 +18,65 @@ torch.bfloat16
 from __future__ import annotations
 
 import contextlib
+import os
+import sys
+from pathlib import Path
 
-import torch
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+def __getattr__(name: str):
+    """``DTYPES`` imports torch when first asked for: :func:`device_problem` answers before torch loads."""
+    if name == "DTYPES":
+        import torch
+
+        globals()["DTYPES"] = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+        return globals()["DTYPES"]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _no_gpu_driver() -> bool:
+    """True when this (Linux) machine has no GPU driver at all, so torch cannot see a GPU: saying so takes no torch
+    import. False means "ask torch" (a driver is there, or this system does not tell)."""
+    if not Path("/proc/self").exists():
+        return False
+    devices = ("/dev/nvidia0", "/dev/nvidiactl", "/proc/driver/nvidia", "/dev/kfd", "/dev/dxg")  # CUDA, ROCm, WSL
+    return not any(os.path.exists(d) for d in devices)
+
+
+def device_problem(device: str | torch.device | None) -> str | None:
+    """Why this machine cannot honour ``device`` (None when it can): ``cuda`` without a GPU torch sees, ``cuda:N``
+    past the GPUs there are. Every command asks this before anything heavy loads, so each refuses alike.
+
+    >>> device_problem("cpu"), device_problem("auto")
+    (None, None)
+    """
+    device = "auto" if device is None else str(device)
+    if not device.startswith("cuda"):
+        return None
+    none = f"--device {device}: torch sees no CUDA GPU here (use --device cpu, or auto)"
+    if "torch" not in sys.modules and _no_gpu_driver():     # said in well under a second, torch not imported
+        return none
+    import torch
+
+    if not torch.cuda.is_available():
+        return none
+    index = device.partition(":")[2]
+    if index.isdigit() and int(index) >= torch.cuda.device_count():
+        n = torch.cuda.device_count()
+        return f"--device {device}: this machine has {n} CUDA GPU{'s' if n > 1 else ''} (cuda:0 to cuda:{n - 1})"
+    return None
 
 
 def resolve_device(device: str | torch.device | None = "auto") -> str:
-    """``auto`` (or None) = ``cuda`` when torch sees a GPU, else ``cpu``; anything else passes through, checked."""
+    """``auto`` (or None) = ``cuda`` when torch sees a GPU, else ``cpu``; anything else passes through, checked
+    (:func:`device_problem`; SystemExit naming the fix)."""
+    import torch
+
     if device is None or str(device) == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
-    device = str(device)
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise SystemExit(f"--device {device}: no CUDA device here; use --device cpu (or auto)")
-    return device
+    problem = device_problem(device)
+    if problem:
+        raise SystemExit(problem)
+    return str(device)
 
 
 def half_dtype(capability: tuple[int, int] | None = None) -> str:
@@ -38,6 +84,8 @@ def half_dtype(capability: tuple[int, int] | None = None) -> str:
     H100/H200), ``"float16"`` below it (T4, V100: no native bf16). ``capability``: the current
     GPU's by default."""
     if capability is None:
+        import torch
+
         capability = torch.cuda.get_device_capability()
     return "bfloat16" if tuple(capability) >= (8, 0) else "float16"
 
@@ -53,6 +101,8 @@ def sdpa_without_cudnn(device: torch.device | str, skip: bool = True):
     per attention call in a batched decode step. Flash and memory-efficient attention have no per-shape
     set-up; math is the fallback for what neither takes.
     """
+    import torch
+
     if torch.device(device).type != "cuda" or not skip:
         return contextlib.nullcontext()
     from torch.nn.attention import SDPBackend, sdpa_kernel

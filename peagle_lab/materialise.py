@@ -45,9 +45,13 @@ def needs_materialising(path: str | os.PathLike) -> bool:
     from safetensors import safe_open
 
     for f in sorted(Path(path).glob("*.safetensors")):
-        with safe_open(str(f), "pt") as handle:
-            if "mask_embedding" in handle.keys():
-                return True
+        try:
+            with safe_open(str(f), "pt") as handle:
+                if "mask_embedding" in handle.keys():
+                    return True
+        except Exception as err:                    # safetensors' own error type: a truncated or damaged file
+            first = (str(err).strip().splitlines() or [type(err).__name__])[0][:160]
+            raise ValueError(f"{f} is truncated or damaged ({first}); export or copy the drafter again") from None
     return False
 
 
@@ -83,7 +87,18 @@ def materialise_for_vllm(path: str | os.PathLike, target) -> Path:
     path = Path(path)
     if not needs_materialising(path):
         return path
-    config = json.loads((path / "config.json").read_text())
+    from .checkpoint import read_config
+
+    config = read_config(path)
+    from .compat import read_mask_token_id
+
+    for key in ("vocab_size", "hidden_size"):
+        if not isinstance(config.get(key), int):
+            raise ValueError(f"{path / 'config.json'} has no whole-number {key!r}, which a drafter with a learned mask "
+                             "row needs; export the drafter again")
+    if read_mask_token_id(config) is None:
+        raise ValueError(f"{path / 'config.json'} names no mask token (ptd_token_id) but the weights hold a learned "
+                         "mask row; export the drafter again")
     embedding = target_embedding(target)
     fingerprint = embedding_fingerprint(embedding)
     wanted = config.get(FINGERPRINT_KEY)
@@ -107,7 +122,9 @@ def _write(src: Path, dest: Path, config: dict, embedding: torch.Tensor) -> None
     for f in sorted(src.glob("*.safetensors")):
         tensors.update(load_file(str(f)))
     row = tensors.pop("mask_embedding").reshape(-1)                         # (H,)
-    mask_id = int(config["ptd_token_id"])
+    from .compat import read_mask_token_id
+
+    mask_id = int(read_mask_token_id(config))
     table = embedding.clone()                                              # (V, H), the target's own dtype
     table[mask_id] = row.to(table.dtype)                                   # exact: bf16 -> fp32 loses nothing
     tensors["embed_tokens.weight"] = table.contiguous()

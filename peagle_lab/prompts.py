@@ -80,15 +80,43 @@ def read_jsonl(path: str | os.PathLike) -> list[str]:
     return [_first_turn(record, where) for where, record in _jsonl_records(path)]
 
 
+def prompt_problem(text: object) -> str | None:
+    """Why ``text`` cannot be a prompt (None when it can): it is not a string, or holds no visible character.
+
+    >>> prompt_problem("hi"), prompt_problem("  \\n"), prompt_problem(3)
+    (None, 'is empty (only whitespace)', 'is a number, not a string')
+    """
+    if not isinstance(text, str):
+        kind = {int: "a number", float: "a number", bool: "true/false", type(None): "null", list: "a list",
+                dict: "an object"}.get(type(text), type(text).__name__)
+        return f"is {kind}, not a string"
+    if not text.strip():
+        return "is empty" + (" (only whitespace)" if text else "")
+    return None
+
+
+def check_prompt(text: object, where: str = "the prompt") -> str:
+    """``text`` when it is a prompt (:func:`prompt_problem`); otherwise PromptFileError naming ``where``."""
+    problem = prompt_problem(text)
+    if problem:
+        raise PromptFileError(f"{where} {problem}; give the model some text to answer")
+    return text
+
+
+def _turns(record: object, where: str, conversation: bool = False) -> list[str]:
+    """Every turn of a record (``prompt``: one turn; a ``conversation`` takes ``turns`` first when a line has both),
+    each checked: a string with some text."""
+    if isinstance(record, dict) and "prompt" in record and not (conversation and "turns" in record):
+        return [check_prompt(record["prompt"], f'{where}: "prompt"')]
+    turns = record.get("turns") if isinstance(record, dict) else None
+    if not isinstance(turns, list) or not turns:
+        raise PromptFileError(f'{where}: expected {{"prompt": "..."}} or {{"turns": ["...", ...]}}, '
+                              f'got {str(record)[:80]!r}')
+    return [check_prompt(t, f"{where}: turn {i + 1}") for i, t in enumerate(turns)]
+
+
 def _first_turn(record: object, where: str) -> str:
-    if isinstance(record, dict):
-        if isinstance(record.get("prompt"), str):
-            return record["prompt"]
-        turns = record.get("turns")
-        if isinstance(turns, list) and turns and isinstance(turns[0], str):
-            return turns[0]
-    raise PromptFileError(f'{where}: expected {{"prompt": "..."}} or {{"turns": ["...", ...]}}, '
-                          f'got {str(record)[:80]!r}')
+    return _turns(record, where)[0]
 
 
 def iter_json_array_records(text: str):
@@ -146,14 +174,7 @@ def load_conversations(source: str | os.PathLike = "sharegpt", max_turns: int = 
     file's ``"turns"`` lists (a line with only ``"prompt"`` is a one-turn conversation)."""
     if str(source).lower() == "sharegpt":
         return sharegpt_turns_from_text(sharegpt_path().read_text(encoding="utf-8"), max_turns)
-    out = []
-    for where, record in _jsonl_records(source):
-        turns = record.get("turns") if isinstance(record, dict) else None
-        if isinstance(turns, list) and turns and all(isinstance(t, str) for t in turns):
-            out.append(turns[:max_turns])
-        else:
-            out.append([_first_turn(record, where)])
-    return out
+    return [_turns(record, where, conversation=True)[:max_turns] for where, record in _jsonl_records(source)]
 
 
 @lru_cache(maxsize=None)

@@ -75,8 +75,11 @@ def main(argv: list[str] | None = None) -> int:
     args.argv = argv
     check_args(parser, args)
     run = globals()["cmd_" + args.command.replace("-", "_")]
+    from ..signals import as_interrupt
+
     try:
-        return run(args)
+        with as_interrupt():                  # SIGTERM and SIGHUP end a command as Ctrl-C does
+            return run(args)
     except (ValueError, FileNotFoundError, AssetMissing) as err:
         if os.environ.get("PEAGLE_TRACEBACK"):
             raise
@@ -87,14 +90,14 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(" ".join(stop.code.split()), file=sys.stderr)
         raise Refused(stop.code) from None
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as stop:
         if os.environ.get("PEAGLE_TRACEBACK"):
             raise
         kept = {"train": "the last checkpoint.pt is kept (a save is atomic); rerun the same command to resume from it",
                 "regenerate": "every whole shard is kept; rerun the same command to write only what is missing"}
         print(f"\npeagle-lab {args.command}: interrupted. " + kept.get(args.command, "Nothing was half-written."),
               file=sys.stderr)
-        raise SystemExit(130) from None
+        raise SystemExit(128 + getattr(stop, "signum", 2)) from None   # 130 for Ctrl-C, 143 for SIGTERM
 
 
 __all__ = ["COMMANDS", "Refused", "build_parser", "check_args", "main"]

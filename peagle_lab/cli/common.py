@@ -205,12 +205,14 @@ def check_not_read(p: argparse.ArgumentParser, args, read: list[tuple[str, str |
 
 
 def check_device(p: argparse.ArgumentParser, args) -> None:
+    """Every command refuses a device this machine cannot honour, alike and at once (a dry run prints a GPU's plan)."""
     device = getattr(args, "device", None)
-    if args.command != "vllm-bench" and device and device.startswith("cuda"):   # vllm-bench may print a GPU's plan
-        import torch
+    if device and device.startswith("cuda") and not getattr(args, "dry_run", False):
+        from ..device import device_problem
 
-        if not torch.cuda.is_available():
-            p.error(f"--device {device}: torch sees no CUDA GPU here (use --device cpu, or auto)")
+        problem = device_problem(device)
+        if problem:
+            p.error(problem)
 
 
 def check_prompts(p: argparse.ArgumentParser, args) -> None:

@@ -28,6 +28,10 @@ def add_parser(sub) -> argparse.ArgumentParser:
 
 
 def validate(p: argparse.ArgumentParser, args) -> None:
+    from ..prompts import prompt_problem
+
+    if prompt_problem(args.prompt):
+        p.error(f"the prompt {prompt_problem(args.prompt)}; give the model some text to answer")
     args.drafter = shipped_name(args.drafter)
     if args.method == "ar" and args.drafter:
         p.error("--drafter is for --method eagle or peagle (plain decoding drafts nothing): add the method it drafts "

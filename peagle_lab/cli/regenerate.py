@@ -63,10 +63,12 @@ def validate(p: argparse.ArgumentParser, args) -> None:
 
 
 def run(args) -> int:
+    from ..lock import hold
     from ..train.data import RegenerationMismatch
 
     try:
-        return _regenerate(args)
+        with hold(args.out, "regenerate", create=False):   # a folder another run writes: refused before models load
+            return _regenerate(args)
     except RegenerationMismatch as err:                  # --out holds another run's shards: refused, nothing written
         raise SystemExit(f"peagle-lab regenerate: {err}") from None
 

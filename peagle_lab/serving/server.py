@@ -101,7 +101,8 @@ def check_drafter_config(drafter: str, target: str, method: str, k: int) -> None
         problems.append(f"parallel drafting needs a mask token id ({MASK_TOKEN_KEYS[0]}) in the drafter config; "
                         "a drafter without one is an EAGLE-3 drafter: pass it as --drafter eagle=...")
     if method == "dspark" and "markov_rank" not in d:
-        problems.append("method dspark needs a DSpark drafter (config.json with markov_rank); this one is EAGLE-3 style")
+        problems.append("method dspark needs a DSpark drafter (config.json with markov_rank); this one is "
+                        "EAGLE-3 style")
     depth_key = {"peagle": "peagle_trained_depth", "dspark": "block_size"}.get(method)
     too_deep = depth_problem(k, d.get(depth_key)) if depth_key else None
     if too_deep:
@@ -145,19 +146,21 @@ def serve_command(cfg: ServeConfig, port: int) -> list[str]:
 
 # ----------------------------------------------------------------------------- no server outlives its parent
 PARENT_SIGNALS = tuple(getattr(signal, n) for n in ("SIGTERM", "SIGHUP") if hasattr(signal, n))
+STOP_GRACE = 10.0                                    # seconds a server may take to finish before SIGKILL
+INTERRUPTED_GRACE = 2.0                              # ... when its start or its run was cut short
 _LIVE: set["ServerProcess"] = set()                  # started and not yet stopped
 _PREVIOUS: dict[int, object] = {}                    # the handlers ours replaced, by signal
 
 
-def stop_all_servers() -> None:
+def stop_all_servers(grace: float | None = None) -> None:
     """Stop every server this process started and has not stopped (runs at exit and on SIGTERM / SIGHUP)."""
     for server in list(_LIVE):
-        server.stop()
+        server.stop(grace)
 
 
 def _on_parent_signal(signum, frame) -> None:
     previous = _PREVIOUS.get(signum, signal.SIG_DFL)
-    stop_all_servers()                               # also puts the previous handlers back
+    stop_all_servers(INTERRUPTED_GRACE)              # also puts the previous handlers back
     if callable(previous):
         previous(signum, frame)
     elif previous != signal.SIG_IGN:                 # the default action (end the process), as without us
@@ -257,15 +260,15 @@ class ServerProcess:
         try:
             self._wait_healthy()
         except BaseException:
-            self.stop()
+            self.stop(INTERRUPTED_GRACE)             # a start cut short (Ctrl-C, a timeout): nothing to finish
             raise
         return self
 
     def __enter__(self) -> "ServerProcess":
         return self.start()
 
-    def __exit__(self, *exc) -> None:
-        self.stop()
+    def __exit__(self, kind, *exc) -> None:
+        self.stop(None if kind is None else INTERRUPTED_GRACE)
 
     def health_problem(self) -> str | None:
         """None when this server is healthy; otherwise what is wrong, in words."""
@@ -305,30 +308,38 @@ class ServerProcess:
         raise TimeoutError(f"{self.label} did not become healthy within {self.timeout:.0f} s ({problem}); "
                            f"log {self.log_path}")
 
-    def stop(self) -> None:
-        """SIGTERM the server's whole process group (engine core, workers), SIGKILL what remains."""
-        proc, self.proc = self.proc, None
+    def stop(self, grace: float | None = None) -> None:
+        """SIGTERM the server's whole process group (engine core, workers), SIGKILL what remains after ``grace``
+        seconds (default :data:`STOP_GRACE`; :data:`INTERRUPTED_GRACE` when a start or a run was cut short). A
+        second Ctrl-C while it waits goes straight to SIGKILL: the group never outlives the stop."""
+        proc = self.proc
+        if proc is None:
+            self._forget()
+            return
+        try:
+            try:
+                os.killpg(self.pgid, signal.SIGTERM)
+                proc.wait(timeout=STOP_GRACE if grace is None else grace)
+            except (ProcessLookupError, subprocess.TimeoutExpired):
+                pass
+        finally:
+            self._kill_group(proc)
+            self.proc = None
+            self._forget()
+
+    def _forget(self) -> None:
         _LIVE.discard(self)
         if not _LIVE:
             _restore_handlers()
-        if proc is None:
-            return
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            try:
-                os.killpg(self.pgid, sig)
-            except ProcessLookupError:
-                break
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                continue
-            break
+
+    def _kill_group(self, proc: subprocess.Popen) -> None:
         deadline = time.monotonic() + 15                 # the leader is gone; no child may outlive it
         while time.monotonic() < deadline:
             try:
                 os.killpg(self.pgid, signal.SIGKILL)
             except ProcessLookupError:
                 break
+            proc.poll()                                  # reap the leader: a zombie still counts as the group's
             time.sleep(0.2)
         try:
             proc.wait(timeout=5)                         # reap the leader (no zombie)

@@ -32,6 +32,7 @@ import torch
 from tqdm.auto import tqdm
 
 from ..atomic import atomic_file
+from ..lock import hold
 
 SETTINGS_FILE = "regenerate.json"
 TARGET_KEYS = ("vocab_size", "hidden_size", "num_layers", "aux_layer_ids", "weights")   # "name" is only reported
@@ -292,15 +293,35 @@ def regenerate(target, prompts: list[str], out_dir: str | os.PathLike, *, max_ne
     ``engine`` writes the replies (default: :class:`TransformersEngine` on ``target``); with another engine
     ``target`` need only render prompts (``chat_ids``, ``eos_token_ids``; e.g.
     :class:`~peagle_lab.train.vllm_engine.ChatTokens`) and ``batch_size`` is only recorded."""
-    out, engine, bar = _claim(target, prompts, out_dir, engine, about, "regenerating replies", progress,
-                              all_turns=False, max_new_tokens=max_new_tokens, max_prompt_tokens=max_prompt_tokens,
-                              shard_size=shard_size, batch_size=batch_size, temperature=temperature, seed=seed)
+    with hold(out_dir, "regenerate"):
+        out, engine, bar = _claim(target, prompts, out_dir, engine, about, "regenerating replies", progress,
+                                  all_turns=False, max_new_tokens=max_new_tokens, max_prompt_tokens=max_prompt_tokens,
+                                  shard_size=shard_size, batch_size=batch_size, temperature=temperature, seed=seed)
+        return _write_shards(target, prompts, out, engine, bar, max_new_tokens, max_prompt_tokens, shard_size,
+                             temperature, seed)
+
+
+def _read_back(path: Path, target, expected: int | None) -> list[dict] | None:
+    """The conversations of the shard at ``path`` an earlier run wrote, or None when there is none or it does not
+    read back whole (named in a warning: it is written again)."""
+    if not path.exists():
+        return None
+    try:
+        return read_shard(path, getattr(target, "vocab_size", None), expected)
+    except ValueError as err:
+        why = str(err).removeprefix(f"{path} ").split("; delete")[0].split(": the shard is")[0]
+        warnings.warn(f"{path} does not read back ({why}): writing it again", stacklevel=3)
+        return None
+
+
+def _write_shards(target, prompts, out: Path, engine, bar, max_new_tokens, max_prompt_tokens, shard_size,
+                  temperature, seed) -> list[Path]:
     paths = []
     for s_idx, start in enumerate(range(0, len(prompts), shard_size)):
         path = out / f"shard-{s_idx:05d}.pt"
         paths.append(path)
         chunk = prompts[start: start + shard_size]
-        if path.exists():
+        if _read_back(path, target, len(chunk)) is not None:
             bar.update(len(chunk))
             continue
         ids = [_prompt_ids(target, p, max_prompt_tokens) for p in chunk]
@@ -328,30 +349,34 @@ def regenerate_conversations(target, conversations: list[list[str]], out_dir: st
     turn it was on: a rerun reads the earlier turns' replies back and goes on from there -- only a rerun
     with the same settings and conversations (:func:`claim_output`), so no turn builds on another run's replies.
     ``engine``: as in :func:`regenerate` (``target`` then also needs ``chat_history_ids``)."""
-    out, engine, bar = _claim(target, conversations, out_dir, engine, about, "regenerating conversations", progress,
-                              all_turns=True, max_new_tokens=max_new_tokens, max_prompt_tokens=max_context_tokens,
-                              shard_size=shard_size, batch_size=batch_size, temperature=temperature, seed=seed)
-    paths = []
-    for s_idx, start in enumerate(range(0, len(conversations), shard_size)):
-        chunk = conversations[start: start + shard_size]
-        paths += _answer_turns(target, chunk, out, f"shard-{s_idx:05d}", max_new_tokens, max_context_tokens,
-                               engine, temperature, seed + start)
-        bar.update(len(chunk))
-    bar.close()
-    return paths
+    with hold(out_dir, "regenerate"):
+        out, engine, bar = _claim(target, conversations, out_dir, engine, about, "regenerating conversations",
+                                  progress, all_turns=True, max_new_tokens=max_new_tokens,
+                                  max_prompt_tokens=max_context_tokens, shard_size=shard_size, batch_size=batch_size,
+                                  temperature=temperature, seed=seed)
+        paths = []
+        for s_idx, start in enumerate(range(0, len(conversations), shard_size)):
+            chunk = conversations[start: start + shard_size]
+            paths += _answer_turns(target, chunk, out, f"shard-{s_idx:05d}", max_new_tokens, max_context_tokens,
+                                   engine, temperature, seed + start)
+            bar.update(len(chunk))
+        bar.close()
+        return paths
 
 
 def _answer_turns(target, chunk: list[list[str]], out: Path, stem: str, max_new_tokens: int, max_context_tokens: int,
                   engine, temperature: float, seed: int) -> list[Path]:
     replies: list[list[list[int]]] = [[] for _ in chunk]
-    paths = []
+    paths, kept = [], True
     for turn in range(max(len(c) for c in chunk)):
         path = out / f"{stem}-t{turn}.pt"
         paths.append(path)
-        if path.exists():                                  # done before: take its replies back for the next turn
-            for s in read_torch(path, _SHARD_FIX, weights_only=True):
+        samples = _earlier_turn(path, target, len(chunk)) if kept else None
+        if samples is not None:                            # done before: take its replies back for the next turn
+            for s in samples:
                 replies[int(s["conversation"])].append(s["ids"][int(s["prompt_len"]):].tolist())
             continue
+        kept = False                                       # a turn written again: every later one is too
         asks = []                                          # (conversation, context ids) still going at this turn
         for i, conv in enumerate(chunk):
             if len(conv) > turn and len(replies[i]) == turn:
@@ -374,6 +399,17 @@ def _answer_turns(target, chunk: list[list[str]], out: Path, stem: str, max_new_
     return paths
 
 
+def _earlier_turn(path: Path, target, conversations: int) -> list[dict] | None:
+    """A turn file an earlier run wrote, read back (:func:`_read_back`), or None: then this turn and every later
+    one is written again."""
+    samples = _read_back(path, target, None)
+    if samples is None or all(isinstance(s.get("conversation"), int) and 0 <= s["conversation"] < conversations
+                              for s in samples):
+        return samples
+    warnings.warn(f"{path} names conversations outside its shard: writing it again", stacklevel=3)
+    return None
+
+
 def read_torch(path: str | os.PathLike, fix: str, **kwargs):
     """``torch.load(path, **kwargs)``; a file that is truncated or not torch's raises ValueError naming the file
     and ``fix`` (one line from the CLI), not torch's traceback with its advice to load unsafely."""
@@ -391,12 +427,46 @@ def read_torch(path: str | os.PathLike, fix: str, **kwargs):
 _SHARD_FIX = ("delete it and rerun `peagle-lab regenerate` with the same settings: it writes only what is missing")
 
 
-def load_samples(data_dir: str | os.PathLike) -> list[Sample]:
-    """All regenerated conversations under ``data_dir`` in shard order."""
+def shard_problem(samples, vocab_size: int | None = None, expected: int | None = None) -> str | None:
+    """What makes a shard's contents unusable (None: nothing): not a list of ``{"ids": 1-D integer tensor,
+    "prompt_len": int}``, a prompt length past its ids, a token id outside ``[0, vocab_size)``, or not the
+    ``expected`` number of conversations. Names the conversation (its index in the shard)."""
+    if not isinstance(samples, list):
+        return f"holds a {type(samples).__name__}, not a list of conversations"
+    if expected is not None and len(samples) != expected:
+        return f"holds {len(samples)} conversations, not the {expected} its prompts ask for"
+    for i, s in enumerate(samples):
+        ids = s.get("ids") if isinstance(s, dict) else None
+        if not (isinstance(ids, torch.Tensor) and ids.dim() == 1 and not ids.is_floating_point()
+                and not ids.is_complex() and ids.dtype != torch.bool):
+            return f"conversation {i} has no 1-D integer token ids (\"ids\")"
+        if not isinstance(s.get("prompt_len"), int) or not 0 <= s["prompt_len"] <= ids.numel():
+            return f"conversation {i} has prompt_len {s.get('prompt_len')!r}, outside its {ids.numel()} tokens"
+        if ids.numel() and vocab_size is not None:
+            low, high = int(ids.min()), int(ids.max())
+            if low < 0 or high >= vocab_size:
+                bad = high if high >= vocab_size else low
+                return f"conversation {i} holds token id {bad}, outside the target's vocabulary of {vocab_size}"
+    return None
+
+
+def read_shard(path: str | os.PathLike, vocab_size: int | None = None, expected: int | None = None) -> list[dict]:
+    """A shard's conversations; a truncated, damaged or corrupted shard raises ValueError naming the file, the
+    conversation where there is one, and the fix (:func:`shard_problem`)."""
+    samples = read_torch(path, _SHARD_FIX, weights_only=True)
+    problem = shard_problem(samples, vocab_size, expected)
+    if problem:
+        raise ValueError(f"{path} {problem}: the shard is damaged or was made for another target; {_SHARD_FIX}")
+    return samples
+
+
+def load_samples(data_dir: str | os.PathLike, vocab_size: int | None = None) -> list[Sample]:
+    """All regenerated conversations under ``data_dir`` in shard order; with ``vocab_size`` every token id is
+    checked to lie in the target's vocabulary (a damaged shard is named, not an IndexError mid-training)."""
     paths = sorted(Path(data_dir).glob("shard-*.pt"))
     if not paths:
         raise FileNotFoundError(f"no shard-*.pt files in {data_dir}; run `peagle-lab regenerate` first")
     out = []
     for p in paths:
-        out.extend(Sample(s["ids"].long(), int(s["prompt_len"])) for s in read_torch(p, _SHARD_FIX, weights_only=True))
+        out.extend(Sample(s["ids"].long(), int(s["prompt_len"])) for s in read_shard(p, vocab_size))
     return out

@@ -131,7 +131,7 @@ def _trainer(cfg: TrainConfig, run: RunSettings, device, mark):
 
     target = Target.load(run.target, device=device)
     mark(f"target loaded on {target.device}")
-    samples = load_samples(run.data)
+    samples = load_samples(run.data, vocab_size=target.vocab_size)   # ids past the vocabulary: named
     mark(f"{len(samples)} conversations loaded")
     init, shape = init_drafter(run.init_from, cfg, target, mark)
     cfg = replace(cfg, **shape)
@@ -159,8 +159,21 @@ def validation_replies(target, run: RunSettings, k: int) -> list:
 
 def train(cfg: TrainConfig, run: RunSettings) -> dict | None:
     """Train (resuming from ``run.out``) and export; the summary {drafter, steps, coverage, loss, validation AL},
-    or None on a process other than rank 0 under torchrun. The export's destination is checked before anything
-    loads (:class:`~peagle_lab.atomic.DestinationInUse`); a checkpoint made otherwise raises ResumeMismatch."""
+    or None on a process other than rank 0 under torchrun. ``run.out`` is held for the whole run (one writer per
+    folder: :class:`~peagle_lab.lock.FolderInUse` names the holder) and the export's destination is checked before
+    anything loads (:class:`~peagle_lab.atomic.DestinationInUse`); a checkpoint made otherwise raises
+    ResumeMismatch."""
+    import contextlib
+    import os
+
+    from ..lock import hold
+
+    writer = os.environ.get("RANK", "0") == "0"          # under torchrun rank 0 writes; the others only read
+    with hold(run.out, "train") if writer else contextlib.nullcontext():
+        return _train(cfg, run)
+
+
+def _train(cfg: TrainConfig, run: RunSettings) -> dict | None:
     import torch
 
     from ..atomic import DestinationInUse, check_replaceable
