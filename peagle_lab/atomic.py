@@ -49,6 +49,8 @@ MARKER = ".peagle-lab-export.json"
 class DestinationInUse(FileExistsError):
     """An export's destination holds files peagle-lab did not write; nothing was changed."""
 
+DRAFTER_NOTE = "drafter checkpoint"     # the marker note of every drafter folder (check_replaceable)
+
 
 def publishable(folder: Path) -> None:
     """The temporary folder is private (0700) while written; a finished one is readable like any other."""

@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from .atomic import atomic_dir
+from .atomic import DRAFTER_NOTE, atomic_dir
 from .compat import check_compatible, read_mask_token_id
 from .drafter import DrafterConfig, Eagle3Drafter
 
@@ -92,7 +92,6 @@ def speculators_config_dict(drafter: Eagle3Drafter, verifier_name: str, verifier
     return out
 
 
-DRAFTER_NOTE = "drafter checkpoint"     # the marker note of every drafter folder (atomic.check_replaceable)
 
 
 def save_drafter(drafter: Eagle3Drafter, path: str | os.PathLike, dtype: torch.dtype = torch.float32,

@@ -34,7 +34,7 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from .atomic import atomic_dir
+from .atomic import DRAFTER_NOTE, atomic_dir
 from .drafter import MLP, DrafterCache, RMSNorm, _rope_theta, apply_rotary, default_mask_token_id, rotary
 
 ARCHITECTURE = "Qwen3DSparkModel"
@@ -200,7 +200,8 @@ class DSparkDrafter(nn.Module):
 
         ``mask (B, 1, Q, S+Q)`` says which context and block keys each slot sees (None: all of them)."""
         if self._shared_embed is None:
-            raise RuntimeError("call share_target_weights(target) first: the block embeds tokens with the target's table")
+            raise RuntimeError("call share_target_weights(target) first: the block embeds tokens with the "
+                               "target's table")
         x = F.embedding(ids, self._shared_embed).to(self.fc.weight.dtype)                  # (B, Q, H)
         cos, sin = rotary(positions, self.cfg.head_dim, self.cfg.rope_theta)
         for layer, (k, v) in zip(self.layers, ctx_kv):
@@ -291,8 +292,6 @@ def save_dspark(drafter: DSparkDrafter, path: str | os.PathLike, dtype: torch.dt
                 extra_files: dict[str, str] | None = None, *, overwrite: bool = False,
                 flag: str = "overwrite=True") -> Path:
     """Write the folder vLLM loads (config.json + model.safetensors, + ``extra_files``), atomically."""
-    from .checkpoint import DRAFTER_NOTE
-
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tensors = {name: (value.contiguous() if name in ("d2t", "t2d") else value.detach().to(dtype).contiguous())
