@@ -45,9 +45,9 @@ from .prompts import load_prompts
 from .stats import AcceptanceStats
 from .target import Generation, Target
 
-BENCH_METHODS = ("ar", "hf", "eagle", "peagle")
+BENCH_METHODS = ("ar", "hf", "eagle", "peagle", "dspark")
 ENGINES = ("auto", "teaching", "fast")
-DEFAULT_DRAFTERS = {"eagle": "eagle-smollm2", "peagle": "peagle-smollm2"}
+DEFAULT_DRAFTERS = {"eagle": "eagle-smollm2", "peagle": "peagle-smollm2", "dspark": "dspark-smollm2"}
 
 
 @dataclass
@@ -195,8 +195,10 @@ class _Runner:
     keep_going: bool = False
 
     def fast(self, row: _Row) -> bool:
-        """Rows the fast engine runs: batch 1, greedy (sampling stays on the teaching engine)."""
-        return self.engine == "fast" and row.batch_size == 1 and row.method != "hf" and self.temperature <= 0
+        """Rows the fast engine runs: batch 1, greedy (sampling stays on the teaching engine); it has no DSpark
+        path, so DSpark rows run on the teaching engine and say so."""
+        return (self.engine == "fast" and row.batch_size == 1 and row.method not in ("hf", "dspark")
+                and self.temperature <= 0)
 
     def engine_for(self, row: _Row) -> Engine:
         """The engine a row runs: batched for B > 1, else fast or teaching (see :meth:`fast`), or hf."""
@@ -336,6 +338,9 @@ def _checked_batch_sizes(methods, batch_sizes, temperature: float, dtype: str) -
     if batch_sizes[-1] > 1 and temperature > 0:
         raise BenchRefused("batched decoding is greedy only: use --temperature 0 with --batch-size > 1, "
                          "or --batch-size 1 for sampling")
+    if batch_sizes[-1] > 1 and "dspark" in methods:
+        raise BenchRefused("the batched engine has no DSpark path: run dspark with --batch-size 1 "
+                           "(or vllm-bench --methods dspark on a CUDA GPU for batches)")
     if batch_sizes[-1] > 1 and "hf" in methods:
         raise BenchRefused("the hf baseline runs one prompt at a time: drop hf from --methods or use --batch-size 1")
     if dtype not in DTYPES:

@@ -103,15 +103,22 @@ def check_drafter(path: str, target, k: int | None = None, probe_prompts: int = 
     except ValueError as err:                          # trained with another target's embedding
         return {"problems": [str(err)], "warnings": [], "probe": None}
     cfg = json.loads((path / "config.json").read_text())
-    if not any("Eagle3" in a for a in cfg.get("architectures", [])):
+    dspark = "markov_rank" in cfg                       # vLLM's Qwen3DSparkModel (peagle_lab.dspark)
+    if not dspark and not any("Eagle3" in a for a in cfg.get("architectures", [])):
         problems.append(f"architectures {cfg.get('architectures')} do not name an EAGLE-3 model "
                         "(vLLM's loader expects LlamaForCausalLMEagle3)")
+    if dspark and "Qwen3DSparkModel" not in cfg.get("architectures", []):
+        problems.append(f"a DSpark config (markov_rank) needs architectures ['Qwen3DSparkModel'] for vLLM, got "
+                        f"{cfg.get('architectures')}")
     keys = set()
     for f in path.glob("*.safetensors"):
         with safe_open(str(f), "pt") as handle:
             keys |= set(handle.keys())
     parallel = read_mask_token_id(cfg) is not None
-    if parallel and "mask_hidden" not in keys:
+    if dspark and not {"markov_head.markov_w1.weight", "markov_head.markov_w2.weight"} <= keys:
+        problems.append("a DSpark drafter needs markov_head.markov_w1/markov_w2 weights (vLLM's Qwen3DSparkModel "
+                        "loads them); re-export it")
+    if parallel and not dspark and "mask_hidden" not in keys:
         problems.append("config asks for parallel drafting but the weights have no mask_hidden "
                         "(vLLM refuses to start; re-export with the trained mask_hidden)")
     if int(cfg.get("draft_vocab_size") or cfg["vocab_size"]) < int(cfg["vocab_size"]) and "d2t" not in keys:

@@ -10,7 +10,7 @@ from ..train.config import K_MAX   # the most draft tokens per step a flag accep
 
 # The drafting methods the commands offer, in one place (the engines' own table: peagle_lab.engines.request.METHODS;
 # not imported here, so parsing flags loads no model code).
-DRAFTING = ("eagle", "peagle")
+DRAFTING = ("eagle", "peagle", "dspark")
 
 
 def _bounds(lo, hi, lo_open: bool = False, hi_open: bool = False) -> str:
@@ -85,15 +85,15 @@ def method_drafter(text: str) -> tuple[str, str]:
     takes a Hugging Face id)."""
     method, eq, where = text.partition("=")
     if not eq or method not in DRAFTING or not where:
-        raise argparse.ArgumentTypeError(f"expected METHOD=DIR with METHOD eagle or peagle, like peagle=runs/peagle, "
-                                         f"got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected METHOD=DIR with METHOD eagle, peagle or dspark, like "
+                                         f"peagle=runs/peagle, got {text!r}")
     return method, where
 
 
 def add_drafter_arg(s: argparse.ArgumentParser, where: str = "a folder") -> None:
     s.add_argument("--drafter", type=method_drafter, action="append", default=[], metavar="METHOD=DIR",
-                   help=f"the drafter of eagle or peagle, {where}, e.g. peagle=runs/peagle-drafter; repeatable, "
-                        "one per method (default: the shipped drafters with the embedded target)")
+                   help=f"the drafter of eagle, peagle or dspark, {where}, e.g. peagle=runs/peagle-drafter; "
+                        "repeatable, one per method (default: the shipped drafters with the embedded target)")
 
 
 def method_list(text: str) -> list[str]:

@@ -1,4 +1,4 @@
-"""``peagle-lab generate``: a reply to one prompt with ar, eagle or peagle (the teaching engine)."""
+"""``peagle-lab generate``: a reply to one prompt with ar, eagle, peagle or dspark (the teaching engine)."""
 from __future__ import annotations
 
 import argparse
@@ -12,7 +12,7 @@ NAME = "generate"
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
-    s = sub.add_parser("generate", help="generate a reply to one prompt (ar, eagle or peagle)")
+    s = sub.add_parser("generate", help="generate a reply to one prompt (ar, eagle, peagle or dspark)")
     s.add_argument("prompt")
     s.add_argument("--method", default="ar", choices=["ar", *DRAFTING])
     s.add_argument("--drafter", help="drafter checkpoint folder for eagle / peagle (default with the embedded "
@@ -34,7 +34,7 @@ def validate(p: argparse.ArgumentParser, args) -> None:
         p.error(f"the prompt {prompt_problem(args.prompt)}; give the model some text to answer")
     args.drafter = shipped_name(args.drafter)
     if args.method == "ar" and args.drafter:
-        p.error("--drafter is for --method eagle or peagle (plain decoding drafts nothing): add the method it drafts "
+        p.error("--drafter is for --method eagle, peagle or dspark (plain decoding drafts nothing): add the method it drafts "
                 "for, e.g. --method peagle")
     if args.method != "ar" and not args.drafter and not embedded(args.target):
         p.error(f"--method {args.method} with --target {args.target} needs --drafter FOLDER (a drafter trained for "

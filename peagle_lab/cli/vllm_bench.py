@@ -80,6 +80,7 @@ def run(args) -> int:
             validate(args.methods, args.k, args.concurrency, args.num_prompts, args.max_new_tokens)
             _, plan = sweep_plan(methods=args.methods, ks=args.k, target=args.target,
                                  eagle_drafter=drafters.get("eagle"), peagle_drafter=drafters.get("peagle"),
+                                 dspark_drafter=drafters.get("dspark"),
                                  max_model_len=args.max_model_len,
                                  **serving)
             for (method, k), cfg in plan:      # what the real sweep refuses before its first server
@@ -96,6 +97,7 @@ def run(args) -> int:
                                 num_prompts=args.num_prompts, max_new_tokens=args.max_new_tokens,
                                 temperature=args.temperature, target=args.target,
                                 eagle_drafter=drafters.get("eagle"), peagle_drafter=drafters.get("peagle"),
+                                dspark_drafter=drafters.get("dspark"),
                                 max_model_len=args.max_model_len, workdir=args.logs, seed=args.seed,
                                 spread=args.spread, **serving)
     except (ValueError, FileNotFoundError) as err:

@@ -47,7 +47,12 @@ from tqdm.auto import tqdm
 from .metrics import acceptance_from_diff
 from .server import VLLM_INSTALL, ServeConfig, VLLMServer, check_drafter_config, is_hub_id
 
-VLLM_METHODS = ("ar", "eagle", "peagle")
+VLLM_METHODS = ("ar", "eagle", "peagle", "dspark")
+# vLLM's own refusal on its CPU build (0.32): DSpark runs only on the V2 model runner, which needs Triton's CPU
+# backend (triton-cpu), not on PyPI. Recorded in benchmarks/results/vllm_cpu_dspark_refusal.json.
+DSPARK_ON_CPU = ("vLLM's CPU build cannot serve dspark: its V1 model runner says 'Model Runner V1 does not support: "
+                 "dspark speculative decoding' and its V2 runner needs triton-cpu. Serve dspark on a CUDA GPU "
+                 "(vLLM 0.26-0.34), or measure it on this machine with peagle-lab bench --methods dspark")
 WARMUP_TOKENS = 8
 BENCH_SERVE = [sys.executable, "-m", "peagle_lab.serving.bench_serve"]   # `vllm bench serve` in this Python
 
@@ -239,7 +244,8 @@ def run_loads(server: VLLMServer, *, dataset: Path, num_prompts: int, max_new_to
 
 
 def sweep_plan(*, methods, ks, target: str | None = None, eagle_drafter: str | None = None,
-               peagle_drafter: str | None = None, dtype: str | None = None, max_model_len: int = 2048,
+               peagle_drafter: str | None = None, dspark_drafter: str | None = None, dtype: str | None = None,
+               max_model_len: int = 2048,
                enforce_eager: bool | None = None, memory_fraction: float | None = None,
                model_runner: str | None = None, device: str = "auto") -> tuple[str, list]:
     """(target, [((method, K), ServeConfig), ...]): one vLLM server per configuration, in run order.
@@ -257,10 +263,16 @@ def sweep_plan(*, methods, ks, target: str | None = None, eagle_drafter: str | N
     if not is_hub_id(target_dir) and not (Path(target_dir) / "config.json").exists():
         raise FileNotFoundError(f"{target_dir} is neither a Hugging Face model folder (no config.json) nor a "
                                 "Hugging Face id (owner/name); pass --target with what vLLM should serve")
+    if "dspark" in methods and server["enforce_eager"] and server["dtype"] == "float32":   # the CPU's settings
+        import torch
+        if not torch.cuda.is_available() or device == "cpu":
+            raise ValueError(DSPARK_ON_CPU)
     drafters = {m: resolve_drafter(m, path, target is None) for m, path in
-                (("eagle", eagle_drafter), ("peagle", peagle_drafter)) if m in methods}
+                (("eagle", eagle_drafter), ("peagle", peagle_drafter), ("dspark", dspark_drafter)) if m in methods}
+    runner = {"dspark": "v2"}                  # vLLM serves DSpark on its V2 model runner only
     plan = [((m, k), ServeConfig(target=target_dir, method=m, drafter=drafters.get(m), k=k or 1,
-                                 max_model_len=max_model_len, **server))
+                                 max_model_len=max_model_len,
+                                 **{**server, "model_runner": runner.get(m, server["model_runner"])}))
             for m in methods for k in (ks if m != "ar" else [None])]
     return target_dir, plan
 
@@ -268,7 +280,8 @@ def sweep_plan(*, methods, ks, target: str | None = None, eagle_drafter: str | N
 def run_vllm_bench(*, methods, ks, concurrency, prompts: str, num_prompts: int, max_new_tokens: int,
                    temperature: float = 0.0, dtype: str | None = None, target: str | None = None,
                    eagle_drafter: str | None = None, peagle_drafter: str | None = None,
-                   enforce_eager: bool | None = None, max_model_len: int = 2048, workdir: str | None = None,
+                   dspark_drafter: str | None = None, enforce_eager: bool | None = None, max_model_len: int = 2048,
+                   workdir: str | None = None,
                    seed: int = 0, progress: bool = True, spread: bool = False, memory_fraction: float | None = None,
                    model_runner: str | None = None, startup_timeout: float | None = None,
                    device: str = "auto") -> dict:
@@ -290,7 +303,8 @@ def run_vllm_bench(*, methods, ks, concurrency, prompts: str, num_prompts: int, 
                               startup_timeout=startup_timeout)
     dtype, enforce_eager, model_runner = server["dtype"], server["enforce_eager"], server["model_runner"]
     target_dir, plan = sweep_plan(methods=methods, ks=ks, target=target, eagle_drafter=eagle_drafter,
-                                  peagle_drafter=peagle_drafter, max_model_len=max_model_len, device=device,
+                                  peagle_drafter=peagle_drafter, dspark_drafter=dspark_drafter,
+                                  max_model_len=max_model_len, device=device,
                                   **{k: v for k, v in server.items() if k != "startup_timeout"})
     for (m, k), cfg in plan:                   # refuse a mismatched drafter before any server starts
         if m != "ar":
