@@ -96,12 +96,14 @@ def speculators_config_dict(drafter: Eagle3Drafter, verifier_name: str, verifier
 
 def save_drafter(drafter: Eagle3Drafter, path: str | os.PathLike, dtype: torch.dtype = torch.float32,
                  extra_files: dict[str, str] | None = None, config: dict | None = None, *,
-                 overwrite: bool = False, flag: str = "overwrite=True") -> Path:
+                 overwrite: bool = False, flag: str = "overwrite=True",
+                 shapes: dict[str, tuple[int, ...]] | None = None) -> Path:
     """Write ``config.json`` + ``model.safetensors`` (+ ``extra_files``) atomically: a temp folder
     renamed into place, so a failed export leaves the previous drafter (or nothing) behind.
 
     ``path`` must be new, empty, or a folder peagle-lab wrote (its marker file); anything else is
-    refused (:class:`~peagle_lab.atomic.DestinationInUse`, naming ``flag``) unless ``overwrite``."""
+    refused (:class:`~peagle_lab.atomic.DestinationInUse`, naming ``flag``) unless ``overwrite``. ``shapes``
+    stores the named tensors in another shape (the same values), as another format's model holds them."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tensors = {}
@@ -112,6 +114,9 @@ def save_drafter(drafter: Eagle3Drafter, path: str | os.PathLike, dtype: torch.d
             tensors[name] = value.contiguous()
         else:
             tensors[name] = value.detach().to(dtype).contiguous()
+    for name, shape in (shapes or {}).items():
+        if name in tensors:
+            tensors[name] = tensors[name].reshape(shape).contiguous()
     dtype_name = str(dtype).removeprefix("torch.")
     with atomic_dir(path, overwrite=overwrite, flag=flag, note=DRAFTER_NOTE) as tmp:
         save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
@@ -127,10 +132,21 @@ def export_speculators(drafter: Eagle3Drafter, path: str | os.PathLike, *, verif
                        dtype: torch.dtype = torch.bfloat16, overwrite: bool = False,
                        flag: str = "overwrite=True") -> Path:
     """Write ``path`` in the speculators format (K defaults to the trained depth, else 3); ``path`` is
-    refused as in :func:`save_drafter` unless ``overwrite``."""
+    refused as in :func:`save_drafter` unless ``overwrite``. speculators' P-EAGLE model holds ``mask_hidden`` as
+    ``(1, 1, 3H)``, so it is stored so (:func:`load_drafter` reads either shape).
+
+    A DSpark drafter is refused: speculators' DSpark layout is DFlash's "1+N" block whose anchor is a separate
+    bonus token, while this package's (and vLLM's default ``Qwen3DSparkModel``) samples from the anchor, so the
+    same weights would draft differently there."""
+    if hasattr(drafter, "markov_head"):
+        raise ValueError("a DSpark drafter has no faithful speculators-format export (speculators' DSpark block is "
+                         "DFlash's 1+N layout with a bonus anchor; this drafter samples from the anchor): serve the "
+                         "folder itself, vLLM loads it as method dspark")
     k = k or drafter.cfg.trained_depth or 3
     config = speculators_config_dict(drafter, verifier_name, verifier_architectures, k)
-    return save_drafter(drafter, Path(path), dtype=dtype, config=config, overwrite=overwrite, flag=flag)
+    shapes = {"mask_hidden": (1, 1, -1)} if drafter.mask_hidden is not None else None
+    return save_drafter(drafter, Path(path), dtype=dtype, config=config, overwrite=overwrite, flag=flag,
+                        shapes=shapes)
 
 
 _ALIASES = (("midlayer.", "layers.0."), ("model.", ""))

@@ -176,3 +176,35 @@ def test_shared_lm_head_drafter_trains_saves_and_loads_without_a_head(tmp_path):
     bare.share_embedding(tgt.model.get_input_embeddings().weight)
     with pytest.raises(RuntimeError, match="share_head"):
         bare(ids, hidden)
+
+
+@pytest.mark.parametrize("name", ["eagle-smollm2", "peagle-smollm2"])
+def test_speculators_loads_each_export_with_our_weights(tmp_path, name):
+    """The format's owner loads what export-speculators writes (``SpeculatorModel.from_pretrained``, which refuses
+    a tensor of another shape) and holds exactly our values."""
+    from speculators import SpeculatorModel
+
+    from peagle_lab.assets import smollm2_dir
+    from peagle_lab.checkpoint import export_speculators
+    from peagle_lab.drafters_registry import shipped
+
+    ours = load_drafter(shipped()[name])
+    path = export_speculators(ours, tmp_path / "spec", verifier_name=str(smollm2_dir()),   # a local verifier: offline
+                              verifier_architectures=["LlamaForCausalLM"])
+    theirs = SpeculatorModel.from_pretrained(str(path)).state_dict()
+    written = load_file(str(path / "model.safetensors"))
+    assert set(written) <= set(theirs)
+    for key, value in written.items():
+        assert torch.equal(theirs[key].to(value.dtype).reshape(value.shape), value), key
+    for key, value in ours.state_dict().items():                      # every tensor went out, in bf16
+        assert torch.equal(written[key].reshape(value.shape).to(value.dtype), value.to(written[key].dtype)
+                           .to(value.dtype)), key
+
+
+def test_dspark_has_no_speculators_export(tmp_path):
+    from peagle_lab.checkpoint import export_speculators
+    from peagle_lab.drafters_registry import shipped
+
+    with pytest.raises(ValueError, match="1\\+N layout"):
+        export_speculators(load_drafter(shipped()["dspark-smollm2"]), tmp_path / "s", verifier_name="v",
+                           verifier_architectures=["LlamaForCausalLM"])
