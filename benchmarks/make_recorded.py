@@ -219,7 +219,33 @@ def data_scaling() -> dict:
                                               regen["four_engines_alone"]["steady_reply_tokens_per_s"]}}
 
 
-RECORDED = {f.__name__: f for f in (acceptance_by_category, drafter_size, objective_ab, train_memory_8b, kernel_timings,
+def dspark() -> dict:
+    """After P-EAGLE: DSpark (and its DFlash arm, the Markov head off) beside the shipped pair, replayed on the same
+    80 MT-Bench replies at K = 3, 5, 7; CUDA vLLM 0.26 on an H100 (c=1 in three interleaved rounds, c=4, c=16); the
+    float32 cross-check of vLLM's counters against the teaching engine; what the two arms trained on."""
+    ev, vl = _raw("dspark_eval_mtbench80.json"), _raw("dspark_vllm_cuda_h100.json")
+    keep = ("config", "method", "k", "runner", "dtype", "run", "concurrency", "tokens_per_s", "acceptance_length",
+            "acceptance_per_position", "identical_to_ar", "mean_tpot_ms")
+    xcheck = next(r for r in vl["results"] if r["run"] == "c1-xcheck")
+    return {"source": "benchmarks/results/dspark_eval_mtbench80.json, benchmarks/results/dspark_vllm_cuda_h100.json",
+            "replay": {"num_prompts": ev["settings"]["num_prompts"], "max_new_tokens": ev["settings"]["max_new_tokens"],
+                       "by_k": {k: {n: {f: r[f] for f in ("acceptance_length", "acceptance_per_position")}
+                                    for n, r in by.items()} for k, by in ev["by_k"].items()}},
+            "training": {"data": "greedy replies of the target to every turn of 16,384 ShareGPT conversations "
+                                 "(6.8M reply tokens, regenerated with vLLM)",
+                         "steps": 3255, "batch_size": 32, "minutes": 9, "layers": 2, "intermediate_size": 256,
+                         "markov_rank": 32, "block_size": 8, "dflash_arm": "the same, markov_head=false (3,267 steps)",
+                         "shipped_pair": "P-EAGLE 3 layers 5,499 steps, EAGLE-3 1 layer 4,440 steps, 3.7M tokens"},
+            "vllm": {"gpu": vl["gpu"], "vllm_version": vl["vllm_version"], "settings": vl["settings"],
+                     "rows": [{f: r.get(f) for f in keep} for r in vl["results"] if r["run"] != "c1-xcheck"]},
+            "xcheck": {"k": 7, "max_new_tokens": 256, "prompts": ev["xcheck_prompts"],
+                       "vllm_float32": {"acceptance_length": xcheck["acceptance_length"],
+                                        "acceptance_per_position": xcheck["acceptance_per_position"],
+                                        "num_drafts": xcheck["num_drafts"]},
+                       "teaching_engine": ev["xcheck_k7_256"]["dspark"]}}
+
+
+RECORDED = {f.__name__: f for f in (dspark, acceptance_by_category, drafter_size, objective_ab, train_memory_8b, kernel_timings,
                                     gpu_speed, ablation, batch_rows, vllm_cuda_h200, data_scaling)}
 RECORDED["costmodel"] = costmodel_parts   # the file is named after what it feeds
 

@@ -253,3 +253,49 @@ def preset(name: str) -> Preset:
     if name not in PRESETS:
         raise KeyError(f"no preset {name!r}; known: {', '.join(PRESETS)} (the CPU's parts are measured live)")
     return PRESETS[name]()
+
+
+# ---- where parallel drafting pays: one answer, one figure (notebook 07) -------------------------
+
+def break_even_ratio(draft_share: float, k: int, pass_ratio: float = 1.0) -> float:
+    """The AL(parallel) / AL(sequential) at which parallel drafting matches sequential, when sequential drafting
+    takes ``draft_share`` of a sequential step (K passes of cost p; the rest, V, is verify and host) and one
+    parallel pass over K slots costs ``pass_ratio`` sequential passes: (q + V) / (K p + V) = 1 - f (1 - r / K).
+
+    >>> round(break_even_ratio(0.0, 3), 3), round(break_even_ratio(0.6, 3), 3), round(break_even_ratio(0.6, 7), 3)
+    (1.0, 0.6, 0.343)
+    """
+    return 1.0 - draft_share * (1.0 - pass_ratio / k)
+
+
+def pays_row(setting: str, preset_: Preset, parallel: str = "peagle", measured_ratio: float | None = None) -> dict:
+    """Where one setting sits: the sequential drafting share of EAGLE-3's step (each method at its best K), the AL
+    ratio parallel drafting needs there to match EAGLE-3, the AL ratio it has, and the predicted speed ratio."""
+    p = preset_.predict()
+    seq, par = p.row("sequential"), p.row("parallel")
+    share = draft_ms("sequential", seq["k"], preset_.parts) / seq["step_ms"]
+    need = break_even_al(par["k"], preset_.acceptance["eagle"], preset_.parts, preset_.ks) / seq["al"]
+    ar = p.row("ar")["tokens_per_s"]
+    return {"setting": setting, "method": parallel, "k_parallel": par["k"], "k_sequential": seq["k"],
+            "draft_share": round(share, 4), "al_ratio_needed": round(need, 4), "al_ratio": round(par["al"] / seq["al"], 4),
+            "predicted_ratio": round(p.ratio, 4), "parallel_vs_ar": round(par["tokens_per_s"] / ar, 4),
+            "sequential_vs_ar": round(seq["tokens_per_s"] / ar, 4), "measured_ratio": measured_ratio,
+            "pays": p.ratio > 1.0}
+
+
+def where_it_pays() -> list[dict]:
+    """The settings notebook 07 places against the break-even line: this package's 135M pair on an H200 (fast
+    engine) and in CUDA vLLM, DSpark at 135M (its block pass taken as P-EAGLE's: an assumption), a what-if (P-EAGLE
+    as accurate as EAGLE-3) and a gpt-oss-20b-size drafter with the blog's acceptance."""
+    from dataclasses import replace
+
+    from . import recorded
+    h200, vllm, big = h200_135m(), vllm_concurrency(), drafter_20b()
+    ds = recorded.load("dspark")["replay"]["by_k"]["7"]["dspark"]["acceptance_per_position"]
+    return [pays_row("135M, H200 fast engine", h200),
+            pays_row("135M, CUDA vLLM V1 (c=1)", vllm, measured_ratio=round(measured_ratio(vllm, 1), 4)),
+            pays_row("135M DSpark, H200 fast engine (pass cost assumed = P-EAGLE's)",
+                     replace(h200, acceptance={"eagle": h200.acceptance["eagle"], "peagle": ds}), parallel="dspark"),
+            pays_row("what if: 135M P-EAGLE as accurate as EAGLE-3",
+                     replace(h200, acceptance={"eagle": h200.acceptance["eagle"], "peagle": h200.acceptance["eagle"]})),
+            pays_row("gpt-oss-20b-size drafter (blog's AL)", big, measured_ratio=big.measured.get("ratio_c1"))]
