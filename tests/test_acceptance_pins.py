@@ -19,7 +19,8 @@ from peagle_lab.train.replay import evaluate_drafters, greedy_replies
 
 PICK = [0, 20, 30, 40, 50, 70]          # writing, reasoning, math, coding, extraction, humanities
 K, NEW = 7, 48
-PINS = {     # name -> (AL, acceptance per position); measured 2026-12 on this slice (147 and 163 drafting steps)
+PINS = {     # name -> (AL, acceptance per position); measured 2026-12 on this slice (147, 163 and 191 drafting steps)
+    "dspark-smollm2": (1.4921, [0.3927, 0.0785, 0.0157, 0.0052, 0.0, 0.0, 0.0]),
     "eagle-smollm2": (1.9388, [0.4694, 0.2721, 0.1224, 0.0408, 0.0204, 0.0068, 0.0068]),
     "peagle-smollm2": (1.7546, [0.4724, 0.1963, 0.0491, 0.0123, 0.0123, 0.0123, 0.0]),
 }
