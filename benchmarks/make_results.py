@@ -152,6 +152,24 @@ def train_memory(r: dict) -> str:
             f"{top['peak_gib']:.0f} GiB peak)")
 
 
+def dspark_replay(r: dict) -> str:
+    by = r["by_k"]["7"]
+    names = ("dspark", "dflash", "peagle", "eagle")
+    return ("AL at K=7: " + ", ".join(f"{n} {by[n]['acceptance_length']:.2f}" for n in names)
+            + " (dflash: the same backbone, Markov head off)")
+
+
+def dspark_serving(r: dict) -> str:
+    from statistics import median
+    c1 = {}
+    for row in r["results"]:
+        if row["concurrency"] == 1 and row["run"].startswith("c1-r"):
+            c1.setdefault(row["config"], []).append(row["tokens_per_s"])
+    best_ar = max(median(v) for k, v in c1.items() if k.startswith("ar-"))
+    return ("c=1 tok/s median (min-max), x best AR: " + "; ".join(
+        f"{k} {median(v):.0f} ({min(v):.0f}-{max(v):.0f}) {median(v) / best_ar:.2f}x" for k, v in sorted(c1.items())))
+
+
 def speed_of(r: dict) -> str:
     return speed(r["results"])
 
@@ -234,6 +252,11 @@ FIGURES = [
       "ablation_eval_sampled_data.json", "recipe_mask_token_h200.json", "recipe_noise_data_h200.json",
       "recipe_epochs_h200.json", "recipe_sampled_data_h200.json", "recipe_small_shards_h200.json"], ablation,
      "python benchmarks/ablation.py --json out/ablation_135m.json"),
+    ("DSpark beside the shipped pair, 80 MT-Bench prompts", "dspark.md", ["dspark_eval_mtbench80.json"],
+     dspark_replay, "python benchmarks/dspark.py eval"),
+    ("DSpark in CUDA vLLM 0.26 (H100), c=1 x3 interleaved", "dspark.md",
+     ["dspark_vllm_cuda_h100.json", "vllm_cpu_dspark_refusal.json"], dspark_serving,
+     "python benchmarks/dspark.py serve"),
     ("Two processes' gradient equals one's (DDP, H200)", "training.md", ["ddp_tests_h200_1gpu.json"], None,
      "PEAGLE_TEST_DEVICE=cuda python -m pytest -q tests/test_trainer.py -k 'two_process or init_distributed'"),
 ]
