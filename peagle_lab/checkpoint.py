@@ -24,8 +24,8 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from .atomic import DRAFTER_NOTE, atomic_dir
-from .compat import check_compatible, read_mask_token_id
-from .drafter import DrafterConfig, Eagle3Drafter
+from .compat import read_mask_token_id
+from .drafter import DrafterConfig, Eagle3Drafter, place_loaded
 
 
 def vllm_config_dict(cfg: DrafterConfig, dtype: str = "float32") -> dict:
@@ -321,11 +321,4 @@ def load_drafter(path: str | os.PathLike, target=None, dtype: torch.dtype = torc
     for key, value in state.items():
         if tuple(value.shape) != tuple(own[key].shape):
             raise ValueError(_shape_problem(path, raw, cfg, key, tuple(value.shape), tuple(own[key].shape)))
-    drafter.load_state_dict({k: v.to(own[k].dtype) for k, v in state.items()})
-    drafter.to(dtype if dtype is not None else torch.float32)
-    drafter.d2t, drafter.t2d = drafter.d2t.long(), drafter.t2d.bool()
-    if target is not None:
-        check_compatible(drafter, target)
-        drafter.to(target.device)
-        drafter.share_target_weights(target)
-    return drafter.eval()
+    return place_loaded(drafter, state, dtype, target)

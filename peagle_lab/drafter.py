@@ -278,7 +278,30 @@ class DecoderLayer(nn.Module):
         return hidden, residual
 
 
-class Eagle3Drafter(nn.Module):
+class DraftVocab:
+    """The draft vocabulary both drafter kinds share: ``d2t`` (draft index i -> target id ``i + d2t[i]``, vLLM's
+    offsets) and ``t2d`` (a mask over the target vocabulary), buffers of the drafter that mixes this in."""
+
+    def set_draft_vocab(self, target_ids: torch.Tensor) -> None:
+        """Map draft index i -> target id ``target_ids[i]`` (sorted ascending), as d2t/t2d."""
+        target_ids = torch.as_tensor(target_ids, dtype=torch.long).sort().values
+        if target_ids.numel() != self.cfg.draft_vocab_size:
+            raise ValueError(f"draft vocab needs {self.cfg.draft_vocab_size} ids, got {target_ids.numel()}")
+        self.d2t.copy_(target_ids - torch.arange(target_ids.numel()))
+        self.t2d.zero_()
+        self.t2d[target_ids] = True
+
+    def to_target_ids(self, draft_ids: torch.Tensor) -> torch.Tensor:
+        return draft_ids + self.d2t[draft_ids]
+
+    def full_vocab(self, draft_values: torch.Tensor, fill: float) -> torch.Tensor:
+        """Scatter (..., Vd) values into (..., V), ``fill`` elsewhere (vLLM uses -inf for logits)."""
+        out = draft_values.new_full((*draft_values.shape[:-1], self.cfg.vocab_size), fill)
+        out[..., self.to_target_ids(torch.arange(self.cfg.draft_vocab_size, device=draft_values.device))] = draft_values
+        return out
+
+
+class Eagle3Drafter(DraftVocab, nn.Module):
     """EAGLE-3 / P-EAGLE drafter. See the module docstring for the data flow."""
 
     def __init__(self, cfg: DrafterConfig):
@@ -340,15 +363,6 @@ class Eagle3Drafter(nn.Module):
             return self.lm_head(normed)
         return F.linear(normed, self.head_weight().to(normed.dtype))
 
-    def set_draft_vocab(self, target_ids: torch.Tensor) -> None:
-        """Map draft index i -> target id ``target_ids[i]`` (sorted ascending), as d2t/t2d."""
-        target_ids = torch.as_tensor(target_ids, dtype=torch.long).sort().values
-        if target_ids.numel() != self.cfg.draft_vocab_size:
-            raise ValueError(f"draft vocab needs {self.cfg.draft_vocab_size} ids, got {target_ids.numel()}")
-        self.d2t.copy_(target_ids - torch.arange(target_ids.numel()))
-        self.t2d.zero_()
-        self.t2d[target_ids] = True
-
     def new_cache(self) -> DrafterCache:
         return DrafterCache(self.cfg.num_layers)
 
@@ -401,14 +415,6 @@ class Eagle3Drafter(nn.Module):
         normed = self.norm(prenorm)
         return prenorm, (self.head(normed) if logits else normed)
 
-    def to_target_ids(self, draft_ids: torch.Tensor) -> torch.Tensor:
-        return draft_ids + self.d2t[draft_ids]
-
-    def full_vocab(self, draft_values: torch.Tensor, fill: float) -> torch.Tensor:
-        """Scatter (..., Vd) values into (..., V), ``fill`` elsewhere (vLLM uses -inf for logits)."""
-        out = draft_values.new_full((*draft_values.shape[:-1], self.cfg.vocab_size), fill)
-        out[..., self.to_target_ids(torch.arange(self.cfg.draft_vocab_size, device=draft_values.device))] = draft_values
-        return out
 
 
 def init_drafter(cfg: DrafterConfig, target=None, seed: int = 0) -> Eagle3Drafter:
@@ -429,3 +435,20 @@ def init_drafter(cfg: DrafterConfig, target=None, seed: int = 0) -> Eagle3Drafte
                 drafter.mask_embedding.copy_(embedding[cfg.mask_token_id][None].to(drafter.mask_embedding))
             drafter.share_target_weights(target)
     return drafter
+
+
+def place_loaded(drafter: nn.Module, state: dict, dtype: torch.dtype | None, target=None) -> nn.Module:
+    """Load ``state`` (names and shapes already checked) into ``drafter``: its own dtypes, then ``dtype``, the
+    vocabulary maps as long/bool; with ``target``, its fit is checked and the drafter moved beside it, sharing what
+    it borrows. Returns it in eval mode."""
+    from .compat import check_compatible
+
+    own = drafter.state_dict()
+    drafter.load_state_dict({k: v.to(own[k].dtype) for k, v in state.items()})
+    drafter.to(dtype if dtype is not None else torch.float32)
+    drafter.d2t, drafter.t2d = drafter.d2t.long(), drafter.t2d.bool()
+    if target is not None:
+        check_compatible(drafter, target)
+        drafter.to(target.device)
+        drafter.share_target_weights(target)
+    return drafter.eval()

@@ -35,7 +35,8 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from .atomic import DRAFTER_NOTE, atomic_dir
-from .drafter import MLP, DrafterCache, RMSNorm, _rope_theta, apply_rotary, default_mask_token_id, rotary
+from .drafter import (MLP, DrafterCache, DraftVocab, RMSNorm, _rope_theta, apply_rotary, default_mask_token_id,
+                      place_loaded, rotary)
 
 ARCHITECTURE = "Qwen3DSparkModel"
 
@@ -145,7 +146,7 @@ class MarkovHead(nn.Module):
         return self.markov_w2(self.markov_w1(prev_ids))                                      # (..., Vd)
 
 
-class DSparkDrafter(nn.Module):
+class DSparkDrafter(DraftVocab, nn.Module):
     def __init__(self, cfg: DSparkConfig):
         super().__init__()
         self.cfg = cfg
@@ -168,25 +169,9 @@ class DSparkDrafter(nn.Module):
         """The block's token embedding is the target's (frozen, not saved; vLLM shares it the same way)."""
         object.__setattr__(self, "_shared_embed", target.model.get_input_embeddings().weight.detach())
 
-    def set_draft_vocab(self, target_ids: torch.Tensor) -> None:
-        target_ids = torch.as_tensor(target_ids, dtype=torch.long).sort().values
-        if target_ids.numel() != self.cfg.draft_vocab_size:
-            raise ValueError(f"draft vocab needs {self.cfg.draft_vocab_size} ids, got {target_ids.numel()}")
-        self.d2t.copy_(target_ids - torch.arange(target_ids.numel()))
-        self.t2d.zero_()
-        self.t2d[target_ids] = True
-
     def new_cache(self) -> DrafterCache:
         """The context's K/V per layer; it only grows by verified positions (block slots are never stored)."""
         return DrafterCache(self.cfg.num_layers)
-
-    def to_target_ids(self, draft_ids: torch.Tensor) -> torch.Tensor:
-        return draft_ids + self.d2t[draft_ids]
-
-    def full_vocab(self, draft_values: torch.Tensor, fill: float) -> torch.Tensor:
-        out = draft_values.new_full((*draft_values.shape[:-1], self.cfg.vocab_size), fill)
-        out[..., self.to_target_ids(torch.arange(self.cfg.draft_vocab_size, device=draft_values.device))] = draft_values
-        return out
 
     # ----------------------------------------------------------------------------- forward
     def context_kv(self, aux: torch.Tensor, positions: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -307,8 +292,6 @@ def save_dspark(drafter: DSparkDrafter, path: str | os.PathLike, dtype: torch.dt
 
 def load_dspark(path: str | os.PathLike, target=None, dtype: torch.dtype = torch.float32) -> DSparkDrafter:
     """Load a DSpark folder; with ``target`` its fit is checked and the embedding shared."""
-    from .compat import check_compatible
-
     path = Path(path)
     cfg = config_from_dict(json.loads((path / "config.json").read_text()))
     files = sorted(path.glob("*.safetensors"))
@@ -331,11 +314,4 @@ def load_dspark(path: str | os.PathLike, target=None, dtype: torch.dtype = torch
     if bad:
         raise ValueError(f"{path}: {bad[0]} has shape {tuple(state[bad[0]].shape)}, config.json implies "
                          f"{tuple(own[bad[0]].shape)}; the config and weights come from different drafters")
-    drafter.load_state_dict({k: v.to(own[k].dtype) for k, v in state.items()})
-    drafter.to(dtype)
-    drafter.d2t, drafter.t2d = drafter.d2t.long(), drafter.t2d.bool()
-    if target is not None:
-        check_compatible(drafter, target)
-        drafter.to(target.device)
-        drafter.share_target_weights(target)
-    return drafter.eval()
+    return place_loaded(drafter, state, dtype, target)
