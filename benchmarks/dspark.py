@@ -6,7 +6,7 @@
 
 ``eval`` writes one JSON per K (OUT with -kK); ``serve`` needs a CUDA GPU (vLLM's CPU build cannot serve dspark).
 The recorded figures (dspark_eval_mtbench80.json, dspark_vllm_cuda_h100.json) were made by the same library
-calls on an H100 through a remote runner's script; their ``command`` fields name it.
+calls on an H100; each raw file's ``command`` names the script that made it.
 """
 import sys
 
