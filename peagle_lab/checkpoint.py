@@ -24,8 +24,8 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from .atomic import DRAFTER_NOTE, atomic_dir
-from .compat import read_mask_token_id
-from .drafter import DrafterConfig, Eagle3Drafter, place_loaded
+from .compat import place_loaded, read_mask_token_id
+from .drafter import DrafterConfig, Eagle3Drafter
 
 
 def vllm_config_dict(cfg: DrafterConfig, dtype: str = "float32") -> dict:

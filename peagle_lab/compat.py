@@ -74,3 +74,20 @@ def check_compatible(drafter, target, k: int | None = None, *, parallel: bool | 
     too_deep = depth_problem(k, c.trained_depth) if parallel else None
     if too_deep:
         raise IncompatibleDrafter(f"{too_deep}; use --k <= {c.trained_depth} or retrain with a deeper COD depth")
+
+
+def place_loaded(drafter, state: dict, dtype, target=None):
+    """Load ``state`` (names and shapes already checked) into ``drafter``: its own dtypes, then ``dtype``, the
+    vocabulary maps as long/bool; with ``target``, its fit is checked and the drafter moved beside it, sharing what
+    it borrows. Returns it in eval mode."""
+    import torch
+
+    own = drafter.state_dict()
+    drafter.load_state_dict({k: v.to(own[k].dtype) for k, v in state.items()})
+    drafter.to(dtype if dtype is not None else torch.float32)
+    drafter.d2t, drafter.t2d = drafter.d2t.long(), drafter.t2d.bool()
+    if target is not None:
+        check_compatible(drafter, target)
+        drafter.to(target.device)
+        drafter.share_target_weights(target)
+    return drafter.eval()

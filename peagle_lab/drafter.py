@@ -436,19 +436,3 @@ def init_drafter(cfg: DrafterConfig, target=None, seed: int = 0) -> Eagle3Drafte
             drafter.share_target_weights(target)
     return drafter
 
-
-def place_loaded(drafter: nn.Module, state: dict, dtype: torch.dtype | None, target=None) -> nn.Module:
-    """Load ``state`` (names and shapes already checked) into ``drafter``: its own dtypes, then ``dtype``, the
-    vocabulary maps as long/bool; with ``target``, its fit is checked and the drafter moved beside it, sharing what
-    it borrows. Returns it in eval mode."""
-    from .compat import check_compatible
-
-    own = drafter.state_dict()
-    drafter.load_state_dict({k: v.to(own[k].dtype) for k, v in state.items()})
-    drafter.to(dtype if dtype is not None else torch.float32)
-    drafter.d2t, drafter.t2d = drafter.d2t.long(), drafter.t2d.bool()
-    if target is not None:
-        check_compatible(drafter, target)
-        drafter.to(target.device)
-        drafter.share_target_weights(target)
-    return drafter.eval()

@@ -35,8 +35,8 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from .atomic import DRAFTER_NOTE, atomic_dir
-from .drafter import (MLP, DrafterCache, DraftVocab, RMSNorm, _rope_theta, apply_rotary, default_mask_token_id,
-                      place_loaded, rotary)
+from .compat import place_loaded
+from .drafter import MLP, DrafterCache, DraftVocab, RMSNorm, _rope_theta, apply_rotary, default_mask_token_id, rotary
 
 ARCHITECTURE = "Qwen3DSparkModel"
 
