@@ -169,3 +169,48 @@ def test_05_exercise_is_a_stub_the_library_checks():
     cells = ["".join(c["source"]) for c in json.loads(nb.read_text())["cells"] if c["cell_type"] == "code"]
     ex_cells = [t for t in cells if "ex.check_speculative_config" in t]
     assert ex_cells and all("raise NotImplementedError" in t and 'solution_if_asked("05"' in t for t in ex_cells)
+
+
+def test_every_checker_has_a_wrong_answer_test():
+    """Each check_* in peagle_lab.exercises is fed a wrong answer above and reports a failure (ExerciseFailed
+    in strict mode, False otherwise): a checker that passed anything would teach nothing."""
+    checkers = {n for n in dir(ex) if n.startswith("check_")}
+    tested = {n for n in checkers if f"rejects(ex.{n}," in Path(__file__).read_text()}
+    assert checkers == tested, f"checkers without a wrong-answer test: {sorted(checkers - tested)}"
+
+
+@pytest.mark.parametrize("check, args", [
+    ("check_verify_greedy", ()),
+    ("check_verify_sampling", ()),
+    ("check_peagle_mask", ()),
+    ("check_speculative_config", ()),
+])
+def test_a_wrong_answer_reports_false_when_not_strict(check, args, capsys):
+    """Without strict mode a wrong answer prints a ✗ line and returns False (the notebook keeps running)."""
+    def wrong(*a):
+        return {"wrong": True} if check == "check_speculative_config" else (0, 0)
+    if check == "check_peagle_mask":
+        def wrong(q, k):                                            # everything visible
+            return torch.ones(len(q.anchor), len(k.anchor), dtype=torch.bool)
+    assert getattr(ex, check)(wrong, *args, strict=False) is False
+    assert "✗" in capsys.readouterr().out
+
+
+NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
+
+
+@pytest.mark.parametrize("name, answer", [
+    ("01", "getsource(draft_sequential)"), ("01", "getsource(verify_greedy)"),
+    ("02", "getsource(draft_parallel)"), ("02", "getsource(verify_sampling)"),
+    ("03", "getsource(peagle_mask)"), ("03", "getsource(partition)"),
+    ("04", "getsource(copy_and_expand_eagle_inputs_torch)"), ("04", "getsource(_expand_body)"),
+    ("05", "serve_command(cfg"),
+])
+def test_no_answer_is_shown_before_its_exercise(name, answer):
+    """A cell that prints an exercise's answer (the library's source, or 05's server command with the JSON)
+    comes after the exercise's check cell, never before it."""
+    path = next(NOTEBOOKS.glob(f"{name}_*.ipynb"))
+    cells = ["".join(c["source"]) for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "code"]
+    check = min(i for i, t in enumerate(cells) if "ex.check_" in t and "raise NotImplementedError" in t)
+    shown = [i for i, t in enumerate(cells) if answer in t]
+    assert shown and min(shown) > check, f"{path.name}: {answer} printed in code cell {min(shown)}, before the check"

@@ -298,14 +298,14 @@ def run_vllm_bench(*, methods, ks, concurrency, prompts: str, num_prompts: int, 
     validate(methods, ks, concurrency, num_prompts, max_new_tokens)
     if importlib.util.find_spec("vllm") is None:
         raise RuntimeError(f"vLLM is not installed; {VLLM_INSTALL}")
-    server = serving_settings(methods, device, dtype=dtype, enforce_eager=enforce_eager,
-                              memory_fraction=memory_fraction, model_runner=model_runner,
-                              startup_timeout=startup_timeout)
-    dtype, enforce_eager, model_runner = server["dtype"], server["enforce_eager"], server["model_runner"]
+    settings = serving_settings(methods, device, dtype=dtype, enforce_eager=enforce_eager,
+                                memory_fraction=memory_fraction, model_runner=model_runner,
+                                startup_timeout=startup_timeout)
+    dtype, enforce_eager, model_runner = settings["dtype"], settings["enforce_eager"], settings["model_runner"]
     target_dir, plan = sweep_plan(methods=methods, ks=ks, target=target, eagle_drafter=eagle_drafter,
                                   peagle_drafter=peagle_drafter, dspark_drafter=dspark_drafter,
                                   max_model_len=max_model_len, device=device,
-                                  **{k: v for k, v in server.items() if k != "startup_timeout"})
+                                  **{k: v for k, v in settings.items() if k != "startup_timeout"})
     for (m, k), cfg in plan:                   # refuse a mismatched drafter before any server starts
         if m != "ar":
             check_drafter_config(cfg.drafter, target_dir, m, k)
@@ -328,7 +328,7 @@ def run_vllm_bench(*, methods, ks, concurrency, prompts: str, num_prompts: int, 
     bar = tqdm(total=len(plan) * len(concurrency), desc="vllm-bench runs", disable=not progress, file=sys.stderr)
     for (method, k), cfg in plan:
         bar.set_postfix_str(f"starting vLLM: {method}" + (f" K={k}" if k else ""))
-        with VLLMServer(cfg, startup_timeout=server["startup_timeout"],
+        with VLLMServer(cfg, startup_timeout=settings["startup_timeout"],
                         log_path=str(work / f"server-{method}-k{k or 0}.log")) as server:
             # warm-up, untimed, before any counter read: every prompt once at the top concurrency, short replies.
             # On a GPU the first requests compile kernels for each new prefill length (the parallel drafter's
