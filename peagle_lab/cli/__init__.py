@@ -3,8 +3,9 @@ logs and progress bars to stderr.
 
 Each command module holds its parser (``add_parser``), its checks (``validate``: the flags together and the local
 folders it reads, before any model loads) and what it runs (``run``); :data:`COMMANDS` lists them, so a new
-command is one module and one entry. :func:`check_args` runs a command's own checks, then the ones every
-command shares (device, prompt file, output places).
+command is one module and one entry. :func:`check_args` refuses a device this machine cannot honour first (alike
+for every command), then runs the command's own checks, then the ones every command shares (prompt file, output
+places).
 """
 from __future__ import annotations
 
@@ -42,10 +43,10 @@ def check_args(parser: argparse.ArgumentParser, args) -> None:
     reads; ``error`` exits 2 with one line naming the command and the flag, before any model loads."""
     subs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     p = subs.choices[args.command]
+    common.check_device(p, args)          # first: a device the machine cannot honour is refused alike by all
     validate = getattr(COMMANDS[args.command], "validate", None)
     if validate is not None:
         validate(p, args)
-    common.check_device(p, args)
     common.check_prompts(p, args)
     common.check_outputs(p, args)
 

@@ -6,7 +6,9 @@
 * :mod:`.cod`       -- COD sampling of (anchor, depth) elements, the P-EAGLE attention mask and
   the sequence-partitioning plan;
 * :mod:`.features`  -- the target's features and logits for a batch, computed online;
+* :mod:`.seqdata`   -- one sequence's target data (``SeqData``) and a loss's parts (``LossParts``);
 * :mod:`.loss`      -- the drafter's loss on one sequence, single pass or partitioned;
+* :mod:`.blocks`    -- DSpark's training graph: many blocks of a conversation in one pass, and their loss;
 * :mod:`.trainer`   -- the loop: optimiser, checkpoint/resume, validation AL, export; ``run(until=...,
   on_step=...)`` hooks for a study's deadline, milestone exports and a growing data pool;
 * :mod:`.schedule`  -- the learning rate (warm-up, cosine) and the one rule that refits its end;

@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 
 from .cod import Elements
-from .loss import LossParts, SeqData, supervised_mask
+from .seqdata import LossParts, SeqData, supervised_mask
 
 
 def block_elements(doc_len: int, block_size: int, blocks: int, supervised: torch.Tensor | None = None,

@@ -16,43 +16,12 @@ P-EAGLE, :func:`padded_sequential_loss` for EAGLE-3), which the shipped drafters
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 import torch.nn.functional as F
 
 from ..drafter import DrafterCache, Eagle3Drafter
 from .cod import Elements, attention_mask, partition, peagle_mask
-
-
-@dataclass
-class SeqData:
-    tokens: torch.Tensor          # (N,) long
-    aux: torch.Tensor             # (N, 3H)
-    target_logits: torch.Tensor   # (N, Vd) target logits at the draft-vocab ids
-    supervised: torch.Tensor      # (N,) bool: x_t may be a training target
-    doc: torch.Tensor | None = None   # (N,) conversation id when several are packed
-
-
-@dataclass
-class LossParts:
-    loss_sum: torch.Tensor        # sum of per-element losses (scalar)
-    count: int                    # supervised elements
-    correct: torch.Tensor         # (max_depth,) top-1 agreements with the target per depth
-    total: torch.Tensor           # (max_depth,) supervised elements per depth
-
-    def __add__(self, other: "LossParts") -> "LossParts":
-        return LossParts(self.loss_sum + other.loss_sum, self.count + other.count,
-                         self.correct + other.correct, self.total + other.total)
-
-
-def supervised_mask(el: Elements, data: SeqData) -> torch.Tensor:
-    """(E,) bool: the element's target token x_{a+2+d} exists and is supervised."""
-    n = data.tokens.numel()
-    tgt = el.anchor + 2 + el.depth
-    ok = tgt < n
-    ok[ok.clone()] = data.supervised[tgt[ok]]
-    return ok
+from .seqdata import LossParts, SeqData, supervised_mask   # noqa: F401 (also imported from here)
 
 
 def _forward_parallel(drafter: Eagle3Drafter, el: Elements, data: SeqData, attention: str = "dense",

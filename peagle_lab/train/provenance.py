@@ -61,10 +61,10 @@ def config_diff(cfg: TrainConfig, recorded: dict) -> list[str]:
     return sorted(k for k in ours if theirs.get(k) != ours[k])
 
 
-def resume_problems(state: dict, cfg: TrainConfig, provenance: dict, draft_ids: torch.Tensor) -> list[str] | None:
+def resume_problems(state: dict, cfg: TrainConfig, provenance: dict, draft_ids: torch.Tensor) -> list[str]:
     """Why a checkpoint ``state`` cannot be resumed by a run of ``cfg`` made from ``provenance`` with
-    ``draft_ids`` (empty: it can). None when the checkpoint records neither data nor target (an older one:
-    only its settings and draft vocabulary are compared)."""
+    ``draft_ids`` (empty: it can). A checkpoint that records neither data nor target (an older one, without
+    ``"provenance"``) has only its settings and draft vocabulary compared."""
     problems = []
     diff = config_diff(cfg, state["config"])
     if diff:
@@ -76,4 +76,4 @@ def resume_problems(state: dict, cfg: TrainConfig, provenance: dict, draft_ids: 
     vocab = vocab_problem(state.get("draft_ids"), draft_ids)
     if vocab:
         problems.append(vocab)
-    return problems if "provenance" in state or problems else None
+    return problems

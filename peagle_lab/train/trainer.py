@@ -307,7 +307,7 @@ class Trainer:
         settings, another draft vocabulary, other data or another target. A checkpoint older than the data
         and target record is resumed with a warning (its draft vocabulary is still compared)."""
         problems = resume_problems(state, self.cfg, self.provenance, self.draft_ids)
-        if problems is None and not getattr(self, "_warned_unrecorded", False):
+        if "provenance" not in state and not getattr(self, "_warned_unrecorded", False):   # warned, refused or not
             self._warned_unrecorded = True
             warnings.warn(f"{self.checkpoint_path} records neither its data nor its target (written by an older "
                           "peagle-lab); resuming without checking them", stacklevel=2)
