@@ -131,7 +131,7 @@ COMBINED = [
      ["--drafter eagle=./not-here", "no such folder"]),
     (["vllm-bench", "--drafter", "peagle=not-here"], ["--drafter peagle=not-here", "no such folder"]),
     (["bench", "--drafter", "peagle={tmp}/missing"], ["--drafter peagle=", "no such folder"]),
-    (["bench", "--drafter", "{tmp}/missing"], ["--drafter", "METHOD=DIR", "eagle or peagle"]),
+    (["bench", "--drafter", "{tmp}/missing"], ["--drafter", "METHOD=DIR", "eagle, peagle or dspark"]),
     (["vllm-bench", "--dry-run", "--drafter", "medusa=x"], ["--drafter", "METHOD=DIR"]),
     (["bench", "--drafter", "eagle={tmp}", "--drafter", "eagle={tmp}"], ["--drafter eagle=", "twice"]),
     (["bench", "--prompts", "{tmp}/missing.jsonl"], ["--prompts", "missing.jsonl"]),
@@ -159,12 +159,12 @@ COMBINED = [
     (["vllm-bench", "--dry-run", "--prompts", "{tmp}/prompts.jsonl", "--logs", "{tmp}"],
      ["--prompts", "writes its own prompts.jsonl", "another --logs"]),
     (["regenerate", "--out", "{tmp}/o", "--all-turns", "--prompts", "mt-bench"], ["--all-turns", "held out"]),
-    (["generate", "hi", "--drafter", "peagle-smollm2"], ["--drafter is for --method eagle or peagle"]),
+    (["generate", "hi", "--drafter", "peagle-smollm2"], ["--drafter is for --method eagle, peagle or dspark"]),
     (["check", "{tmp}/data/shard-00000.pt"], ["is a file, not a drafter folder"]),
     (["train", "--data", "{tmp}/data", "--out", "{tmp}/o", "--draft-vocab-size", "64", "--set", "share_lm_head=true"],
      ["--draft-vocab-size 64", "share_lm_head=true", "drop one"]),
     (["train", "--data", "{tmp}/data", "--out", "{tmp}/o", "--init-from", "no-such-drafter"],
-     ["no such folder", "nor a shipped drafter: eagle-smollm2, peagle-smollm2"]),
+     ["no such folder", "nor a shipped drafter: dspark-smollm2, eagle-smollm2, peagle-smollm2"]),
 ]
 
 
