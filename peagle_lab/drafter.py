@@ -212,6 +212,14 @@ def _flex_attention(q, k, v, block_mask):
         return _FLEX["cuda"](q, k, v, block_mask=block_mask, enable_gqa=True)
 
 
+def grouped_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask) -> torch.Tensor:
+    """SDPA with grouped K/V heads: q (B, nh, T, hd), k/v (B, nkv, S, hd), each K/V head shared by nh/nkv query
+    heads -> (B, nh, T, hd)."""
+    rep = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
 class Attention(nn.Module):
     def __init__(self, cfg: DrafterConfig, in_dim: int):
         super().__init__()
@@ -236,9 +244,7 @@ class Attention(nn.Module):
         elif attend is not None:
             out = attend(q, k, v)                                                   # (B, nh, T, hd)
         else:
-            rep = c.num_heads // c.num_kv_heads
-            k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)       # (B, nh, T, hd)
+            out = grouped_attention(q, k, v, attn_mask)                             # (B, nh, T, hd)
         return self.o_proj(out.transpose(1, 2).reshape(B, T, c.num_heads * c.head_dim))
 
 
@@ -416,17 +422,23 @@ class Eagle3Drafter(DraftVocab, nn.Module):
         return prenorm, (self.head(normed) if logits else normed)
 
 
+@torch.no_grad()
+def llama_init_(module: nn.Module, seed: int) -> None:
+    """Llama-style init in place: norms 1, every other parameter normal(0, 0.02) from one generator, in parameter
+    order (so a seed gives the same drafter everywhere)."""
+    gen = torch.Generator().manual_seed(seed)
+    for name, p in module.named_parameters():
+        if name.endswith("norm.weight") or "layernorm" in name:
+            p.fill_(1.0)
+        else:                                   # mask_hidden too
+            p.normal_(0.0, 0.02, generator=gen)
+
 
 def init_drafter(cfg: DrafterConfig, target=None, seed: int = 0) -> Eagle3Drafter:
     """A freshly initialised drafter (Llama-style init); embeddings copied from ``target``."""
-    gen = torch.Generator().manual_seed(seed)
     drafter = Eagle3Drafter(cfg)
+    llama_init_(drafter, seed)
     with torch.no_grad():
-        for name, p in drafter.named_parameters():
-            if name.endswith("norm.weight") or "layernorm" in name:
-                p.fill_(1.0)
-            else:                               # mask_hidden too; one generator, in parameter order
-                p.normal_(0.0, 0.02, generator=gen)
         if target is not None:
             embedding = target.model.get_input_embeddings().weight
             if drafter.embed_tokens is not None:

@@ -36,7 +36,8 @@ from torch import nn
 
 from .atomic import DRAFTER_NOTE, atomic_dir
 from .compat import place_loaded
-from .drafter import MLP, DrafterCache, DraftVocab, RMSNorm, _rope_theta, apply_rotary, default_mask_token_id, rotary
+from .drafter import (MLP, DrafterCache, DraftVocab, RMSNorm, _rope_theta, apply_rotary, default_mask_token_id,
+                      grouped_attention, llama_init_, rotary)
 
 ARCHITECTURE = "Qwen3DSparkModel"
 
@@ -115,9 +116,7 @@ class BlockAttention(nn.Module):
         q = apply_rotary(q, cos, sin)
         k, v = self.kv(x, cos, sin)
         k, v = torch.cat([ctx_k.to(k.dtype), k], 2), torch.cat([ctx_v.to(v.dtype), v], 2)    # (B, nkv, S+T, hd)
-        rep = c.num_heads // c.num_kv_heads
-        k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)                        # (B, nh, T, hd)
+        out = grouped_attention(q, k, v, mask)                                               # (B, nh, T, hd)
         return self.o_proj(out.transpose(1, 2).reshape(B, T, c.num_heads * c.head_dim))
 
 
@@ -201,14 +200,9 @@ class DSparkDrafter(DraftVocab, nn.Module):
 def init_dspark(cfg: DSparkConfig, target=None, seed: int = 0) -> DSparkDrafter:
     """A fresh DSpark drafter (normal(0, 0.02) weights, unit norms). ``markov_w2`` starts at zero, so the
     untrained Markov head adds nothing and training starts from the plain parallel backbone."""
-    gen = torch.Generator().manual_seed(seed)
     drafter = DSparkDrafter(cfg)
+    llama_init_(drafter, seed)
     with torch.no_grad():
-        for name, p in drafter.named_parameters():
-            if name.endswith("norm.weight") or "layernorm" in name:
-                p.fill_(1.0)
-            else:
-                p.normal_(0.0, 0.02, generator=gen)
         drafter.markov_head.markov_w2.weight.zero_()
     if target is not None:
         drafter.share_target_weights(target)

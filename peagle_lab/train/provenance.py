@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 from .config import TrainConfig
-from .data import target_difference
+from .identity import target_difference
 
 CHECKPOINT_FIX = ("move it away to start afresh (training then begins again at step 0), or put back a whole copy: "
                    "every save replaces it atomically, so only a copy made otherwise can be damaged")

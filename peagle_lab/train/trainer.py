@@ -28,7 +28,8 @@ from ..drafter import DrafterConfig, Eagle3Drafter, init_drafter
 from ..materialise import FINGERPRINT_KEY, embedding_fingerprint
 from .cod import Elements
 from .config import TrainConfig
-from .data import Sample, data_fingerprint, read_torch, target_identity
+from .data import Sample, read_torch
+from .identity import data_fingerprint, target_identity
 from .distributed import all_reduce_grads, rank_and_world
 from .elements import cod_for_conversations, elements_for_conversations
 from .features import packed_layout, target_batch, with_feature_noise
