@@ -227,7 +227,8 @@ def dspark() -> dict:
     keep = ("config", "method", "k", "runner", "dtype", "run", "concurrency", "tokens_per_s", "acceptance_length",
             "acceptance_per_position", "identical_to_ar", "mean_tpot_ms")
     xcheck = next(r for r in vl["results"] if r["run"] == "c1-xcheck")
-    return {"source": "benchmarks/results/dspark_eval_mtbench80.json, benchmarks/results/dspark_vllm_cuda_h100.json",
+    return {"source": "benchmarks/results/dspark_eval_mtbench80.json",
+            "serving_source": "benchmarks/results/dspark_vllm_cuda_h100.json",
             "replay": {"num_prompts": ev["settings"]["num_prompts"], "max_new_tokens": ev["settings"]["max_new_tokens"],
                        "by_k": {k: {n: {f: r[f] for f in ("acceptance_length", "acceptance_per_position")}
                                     for n, r in by.items()} for k, by in ev["by_k"].items()}},
@@ -245,7 +246,8 @@ def dspark() -> dict:
                        "teaching_engine": ev["xcheck_k7_256"]["dspark"]}}
 
 
-RECORDED = {f.__name__: f for f in (dspark, acceptance_by_category, drafter_size, objective_ab, train_memory_8b, kernel_timings,
+RECORDED = {f.__name__: f for f in (dspark, acceptance_by_category, drafter_size, objective_ab, train_memory_8b,
+                                    kernel_timings,
                                     gpu_speed, ablation, batch_rows, vllm_cuda_h200, data_scaling)}
 RECORDED["costmodel"] = costmodel_parts   # the file is named after what it feeds
 

@@ -277,7 +277,8 @@ def pays_row(setting: str, preset_: Preset, parallel: str = "peagle", measured_r
     need = break_even_al(par["k"], preset_.acceptance["eagle"], preset_.parts, preset_.ks) / seq["al"]
     ar = p.row("ar")["tokens_per_s"]
     return {"setting": setting, "method": parallel, "k_parallel": par["k"], "k_sequential": seq["k"],
-            "draft_share": round(share, 4), "al_ratio_needed": round(need, 4), "al_ratio": round(par["al"] / seq["al"], 4),
+            "draft_share": round(share, 4), "al_ratio_needed": round(need, 4),
+            "al_ratio": round(par["al"] / seq["al"], 4),
             "predicted_ratio": round(p.ratio, 4), "parallel_vs_ar": round(par["tokens_per_s"] / ar, 4),
             "sequential_vs_ar": round(seq["tokens_per_s"] / ar, 4), "measured_ratio": measured_ratio,
             "pays": p.ratio > 1.0}

@@ -34,8 +34,8 @@ def validate(p: argparse.ArgumentParser, args) -> None:
         p.error(f"the prompt {prompt_problem(args.prompt)}; give the model some text to answer")
     args.drafter = shipped_name(args.drafter)
     if args.method == "ar" and args.drafter:
-        p.error("--drafter is for --method eagle, peagle or dspark (plain decoding drafts nothing): add the method it drafts "
-                "for, e.g. --method peagle")
+        p.error("--drafter is for --method eagle, peagle or dspark (plain decoding drafts nothing): add the method it "
+                "drafts for, e.g. --method peagle")
     if args.method != "ar" and not args.drafter and not embedded(args.target):
         p.error(f"--method {args.method} with --target {args.target} needs --drafter FOLDER (a drafter trained for "
                 "that target; the shipped ones fit only the embedded SmolLM2-135M-Instruct; or use --method ar)")

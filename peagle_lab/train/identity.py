@@ -6,14 +6,10 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import torch
 
-if TYPE_CHECKING:                       # data.py imports this module; Sample is only an annotation here
-    from .data import Sample
-
-def data_fingerprint(samples: list[Sample], chunk: int = 4096) -> str:
+def data_fingerprint(samples: list, chunk: int = 4096) -> str:
     """sha256 of the conversations in their order: every token id and every prompt length.
 
     Two runs share a fingerprint exactly when they train on the same conversations in the same order,
