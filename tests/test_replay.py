@@ -5,7 +5,7 @@ import json
 import pytest
 
 from peagle_lab.cli import main
-from peagle_lab.compat import IncompatibleDrafter
+from peagle_lab.compat import IncompatibleDrafter, drafting_method
 from peagle_lab.checkpoint import load_drafter
 from peagle_lab.drafters_registry import shipped
 from peagle_lab.engines.teaching import generate
@@ -33,7 +33,7 @@ def test_evaluate_equals_the_engine_per_drafter_and_per_category(target, shipped
     res = evaluate_drafters(target, shipped_drafters, prompts, replies, k=K, max_new_tokens=NEW, categories=cats)
     assert set(res) == set(shipped_drafters)
     for name, drafter in shipped_drafters.items():
-        method = "peagle" if drafter.cfg.parallel_drafting else "eagle"
+        method = drafting_method(drafter)
         per_prompt = [generate(target, ids, method=method, drafter=drafter, k=K, max_new_tokens=NEW).acceptance
                       for ids in prompts]
         pooled = per_prompt[0].merge(per_prompt[1]).merge(per_prompt[2])
