@@ -1,6 +1,6 @@
 """What the regenerated training data looks like: size, loops, length cap, draft-vocab coverage.
 
-    python benchmarks/data_stats.py greedy=/tmp/pkd/data:256 sampled=/tmp/pkd/data_t07:384 \
+    python benchmarks/data_stats.py greedy=runs/data:256 sampled=runs/data-t07:384 \
         --json benchmarks/results/data_stats.json
 
 Each argument is NAME=FOLDER:CAP (folder of ``peagle-lab regenerate`` shards, its --max-new-tokens).

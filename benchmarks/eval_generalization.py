@@ -12,7 +12,7 @@ numbers everywhere say "a bigger drafter or more steps". Replies are regenerated
 (greedy, cached in ``--cache``); COD elements are drawn with a fixed seed, so every drafter sees the
 same elements. CPU is fine (no gradients).
 
-    python benchmarks/eval_generalization.py --train-data /tmp/pk/mix --train-prompts parts/sharegpt.jsonl \
+    python benchmarks/eval_generalization.py --train-data runs/mix --train-prompts runs/sharegpt.jsonl \
         peagle=peagle_lab/drafters/peagle-smollm2 eagle=peagle_lab/drafters/eagle-smollm2 \
         --json benchmarks/results/drafter_generalization.json
 """

@@ -9,7 +9,7 @@ the same drafter (which keeps its own copy of that head); if it does not, accept
 
 (TARGET_HF_FOLDER: the float32 HF copy vLLM serves, e.g.
 ~/.cache/peagle-lab/targets/SmolLM2-135M-Instruct.Q4_1-f32; OUT.json: the recorded one is
-benchmarks/results/vllm_shared_head_probe.json; training data: the regenerated shards in /tmp/pk/data or
+benchmarks/results/vllm_shared_head_probe.json; training data: the regenerated shards in runs/data or
 --data.)
 """
 import argparse
@@ -35,7 +35,7 @@ from peagle_lab.prompts import load_prompts
 ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 ap.add_argument("target_folder")
 ap.add_argument("steps", type=int)
-ap.add_argument("--data", default="/tmp/pk/data")
+ap.add_argument("--data", default="runs/data")
 ap.add_argument("--json", required=True)
 args = ap.parse_args()
 torch.set_num_threads(2)

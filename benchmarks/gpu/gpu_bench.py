@@ -15,12 +15,14 @@ import torch
 
 from peagle_lab.bench import BenchSpec, run_bench
 from peagle_lab.info import collect
+from peagle_lab.drafters_registry import shipped
 from peagle_lab.target import Target
 
 env = os.environ
 n, m = int(env.get("N", "20")), int(env.get("M", "128"))
 ks = [int(k) for k in env.get("KS", "3,5,7").split(",")]
-eagle, peagle = env.get("EAGLE", "/tmp/pk/eagle-smollm2"), env.get("PEAGLE", "/tmp/pk/peagle-smollm2")
+eagle = env.get("EAGLE", str(shipped()["eagle-smollm2"]))        # default: the shipped pair
+peagle = env.get("PEAGLE", str(shipped()["peagle-smollm2"]))
 t0 = time.time()
 target = Target.load(None, device="cuda")
 result = run_bench(BenchSpec(methods=["ar", "hf", "eagle", "peagle"], ks=ks, prompts="mt-bench", num_prompts=n,
