@@ -42,7 +42,7 @@ def kernel_events(prof) -> list[tuple[str, float]]:
 def _family(name: str) -> str:
     """A kernel name folded into a family a reader can act on."""
     n = name.lower()
-    # attention first: cuDNN's SDPA kernels carry sm90 / wgmma in their names too (filed under matmul they were
+    # attention first: cuDNN's SDPA kernels have sm90 / wgmma in their names too (filed under matmul they were
     # 0.5 ms of the AR step's 0.98 "matmul" ms on the H200); peagle_lab's own split kernels next
     for key, fam in (("triton_poi", "fused (triton)"),         # inductor's pointwise kernels, named after any op
                      ("sdpa", "attention"), ("flash", "attention"), ("fmha", "attention"), ("attention", "attention"),
@@ -201,7 +201,7 @@ def main() -> None:
                     eng.generate(prompt, 16, time_split=False)
                     row["replay_ms"] = replay_ms(step, args.replays)
                     if step_name == "prefill":                            # a length not seen before: per-shape costs
-                        row.update(unseen_lengths(eng, prompt))           # (library plans, allocations) show here
+                        row.update(unseen_lengths(eng, prompt))           # (library plans, memory requests) show here
                 row["captured"], row["compiled"] = step.captured, step.compiled
                 replay = row["replay_ms"]
                 row["kernel_share_of_replay"] = row["kernel_ms_per_step"] / replay if replay else None
