@@ -33,10 +33,9 @@ from tqdm.auto import tqdm
 
 from ..atomic import atomic_file
 from ..lock import hold
-from .identity import data_fingerprint, target_difference, target_identity  # noqa: F401 -- their home
+from .identity import TARGET_KEYS, data_fingerprint, target_difference, target_identity  # noqa: F401 -- their home
 
 SETTINGS_FILE = "regenerate.json"
-TARGET_KEYS = ("vocab_size", "hidden_size", "num_layers", "aux_layer_ids", "weights")   # "name" is only reported
 SAMPLING_ONLY = ("batch_size",)          # changes the replies only when sampling (the seeds follow the batches)
 
 

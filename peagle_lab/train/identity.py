@@ -9,6 +9,9 @@ from pathlib import Path
 
 import torch
 
+TARGET_KEYS = ("vocab_size", "hidden_size", "num_layers", "aux_layer_ids", "weights")   # "name" is only reported
+
+
 def data_fingerprint(samples: list, chunk: int = 4096) -> str:
     """sha256 of the conversations in their order: every token id and every prompt length.
 
