@@ -263,7 +263,7 @@ def break_even_ratio(draft_share: float, k: int, pass_ratio: float = 1.0) -> flo
     parallel pass over K slots costs ``pass_ratio`` sequential passes: (q + V) / (K p + V) = 1 - f (1 - r / K).
 
     >>> round(break_even_ratio(0.0, 3), 3), round(break_even_ratio(0.6, 3), 3), round(break_even_ratio(0.6, 7), 3)
-    (1.0, 0.6, 0.343)
+    (1.0, 0.6, 0.486)
     """
     return 1.0 - draft_share * (1.0 - pass_ratio / k)
 
