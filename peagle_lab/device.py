@@ -82,10 +82,18 @@ def resolve_device(device: str | torch.device | None = "auto") -> str:
 def half_dtype(capability: tuple[int, int] | None = None) -> str:
     """The 16-bit dtype for a CUDA GPU: ``"bfloat16"`` from compute capability 8.0 (A100, L4,
     H100/H200), ``"float16"`` below it (T4, V100: no native bf16). ``capability``: the current
-    GPU's by default."""
+    GPU's by default; ``PEAGLE_HALF_DTYPE=float16`` (or ``bfloat16``) overrides that default, to run a
+    T4's path on a newer GPU. With no GPU and no capability given, ``"bfloat16"``."""
     if capability is None:
+        forced = os.environ.get("PEAGLE_HALF_DTYPE", "").strip()
+        if forced:
+            if forced not in ("bfloat16", "float16"):
+                raise ValueError(f"PEAGLE_HALF_DTYPE={forced!r}: set it to bfloat16 or float16, or unset it")
+            return forced
         import torch
 
+        if not torch.cuda.is_available():
+            return "bfloat16"
         capability = torch.cuda.get_device_capability()
     return "bfloat16" if tuple(capability) >= (8, 0) else "float16"
 

@@ -85,3 +85,21 @@ def test_sdpa_without_cudnn():
             assert not torch.backends.cuda.cudnn_sdp_enabled()
             assert torch.backends.cuda.flash_sdp_enabled() and torch.backends.cuda.mem_efficient_sdp_enabled()
         assert torch.backends.cuda.cudnn_sdp_enabled() == before
+
+
+def test_half_dtype_follows_the_gpu_and_can_be_forced(monkeypatch):
+    """fp16 below compute capability 8.0 (a T4), bf16 above; PEAGLE_HALF_DTYPE forces the T4's path on any GPU, and
+    vLLM serving on CUDA takes the same dtype (a T4 cannot serve bf16)."""
+    from peagle_lab.device import half_dtype
+    from peagle_lab.serving.bench import serving_defaults
+
+    assert (half_dtype((7, 5)), half_dtype((8, 0)), half_dtype((9, 0))) == ("float16", "bfloat16", "bfloat16")
+    monkeypatch.setenv("PEAGLE_HALF_DTYPE", "float16")
+    assert half_dtype() == "float16" and serving_defaults(True, ["ar", "peagle"])["dtype"] == "float16"
+    assert half_dtype((9, 0)) == "bfloat16", "an explicit capability is answered as asked"
+    monkeypatch.setenv("PEAGLE_HALF_DTYPE", "fp16")
+    with pytest.raises(ValueError, match="set it to bfloat16 or float16"):
+        half_dtype()
+    monkeypatch.delenv("PEAGLE_HALF_DTYPE")
+    if not torch.cuda.is_available():
+        assert half_dtype() == "bfloat16" and serving_defaults(True, ["ar"])["dtype"] == "bfloat16"

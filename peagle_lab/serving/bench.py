@@ -44,6 +44,7 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
+from ..device import half_dtype
 from .metrics import acceptance_from_diff
 from .server import VLLM_INSTALL, ServeConfig, VLLMServer, check_drafter_config, is_hub_id
 
@@ -96,8 +97,8 @@ def bench_serve_args(*, base_url: str, model: str, dataset: str | os.PathLike, n
 def serving_defaults(cuda: bool, methods) -> dict:
     """What a sweep uses where the user did not say, chosen from the device.
 
-    On a CUDA GPU: bf16 weights, CUDA graphs (no ``--enforce-eager``), a longer start-up timeout (compile and
-    capture take minutes) and, when P-EAGLE is swept, vLLM's V1 model runner for every method: vLLM 0.26 runs
+    On a CUDA GPU: 16-bit weights (bf16, or fp16 on a GPU without bf16 such as a T4: ``device.half_dtype``),
+    CUDA graphs (no ``--enforce-eager``), a longer start-up timeout (compile and capture take minutes) and, when P-EAGLE is swept, vLLM's V1 model runner for every method: vLLM 0.26 runs
     parallel drafting only on V1 while it serves the others on V2, and V1 alone halved EAGLE-3's tokens/s on
     an H200 (``benchmarks/results/vllm_cuda_h200_sweep.json``), so mixed runners would compare runners, not
     drafting. On a CPU: float32, eager, vLLM's own runner.
@@ -108,7 +109,7 @@ def serving_defaults(cuda: bool, methods) -> dict:
     if not cuda:
         return dict(dtype="float32", enforce_eager=True, memory_fraction=0.35, startup_timeout=600.0,
                     model_runner="auto")
-    return dict(dtype="bfloat16", enforce_eager=False, memory_fraction=0.35, startup_timeout=1200.0,
+    return dict(dtype=half_dtype(), enforce_eager=False, memory_fraction=0.35, startup_timeout=1200.0,
                 model_runner="v1" if "peagle" in methods else "auto")
 
 
