@@ -191,3 +191,36 @@ def test_vllm_config_has_what_vllm_reads(target):
     for key in ("markov_rank", "mask_token_id", "draft_vocab_size", "block_size", "hidden_size", "head_dim"):
         assert key in out
     assert out["mask_token_id"] == out["dflash_config"]["mask_token_id"] == 16   # <empty_output>, as P-EAGLE's
+
+
+def test_train_init_from_a_dspark_drafter(target, tmp_path):
+    """train --init-from a DSpark drafter: its shape is kept, the Trainer starts from its exact weights (so its
+    first replay equals the shipped drafter's), one step moves them, and a drafter of another method is named."""
+    from helpers import learnable_samples
+    from peagle_lab.drafters_registry import shipped
+    from peagle_lab.train.config import TrainConfig
+    from peagle_lab.train.setup import init_drafter
+    from peagle_lab.train.trainer import Trainer
+
+    path, marks = str(shipped()["dspark-smollm2"]), []
+    init, shape = init_drafter(path, TrainConfig.preset("dspark"), target, marks.append)
+    assert shape == dict(num_layers=init.cfg.num_layers, intermediate_size=init.cfg.intermediate_size,
+                         draft_vocab_size=init.cfg.draft_vocab_size, markov_rank=init.cfg.markov_rank,
+                         max_depth=init.cfg.block_size, mask_token_id=init.cfg.mask_token_id)
+    assert "DSpark" in marks[0]
+    before = {k: v.clone() for k, v in load_drafter(path, target).state_dict().items()}
+    cfg = TrainConfig.preset("dspark", **shape, batch_size=2, steps=1, warmup_steps=0)
+    ids = init.to_target_ids(torch.arange(init.cfg.draft_vocab_size))
+    samples = learnable_samples(n=4, vocab=target.vocab_size)
+    trainer = Trainer(target, samples, cfg, tmp_path / "run", ids, drafter=init)
+    start = trainer.drafter.state_dict()
+    assert all(torch.equal(start[k].cpu(), v) for k, v in before.items()), "fine-tuning starts from the file's weights"
+    trainer.train_step()
+    moved = trainer.drafter.state_dict()
+    assert any(not torch.equal(moved[k].cpu(), before[k]) for k in before if moved[k].dtype.is_floating_point)
+    for method, named in (("eagle", "is a DSpark drafter; pass --method dspark"),
+                          ("peagle", "is a DSpark drafter; pass --method dspark")):
+        with pytest.raises(ValueError, match=named):
+            init_drafter(path, TrainConfig(method=method), target, marks.append)
+    with pytest.raises(ValueError, match="is a P-EAGLE drafter; pass --method peagle"):
+        init_drafter(str(shipped()["peagle-smollm2"]), cfg, target, marks.append)

@@ -103,9 +103,19 @@ def init_drafter(path: str | None, cfg: TrainConfig, target, mark: Callable[[str
     from ..checkpoint import load_drafter, with_learned_mask_row
 
     init = load_drafter(path, target)
-    if init.cfg.parallel_drafting != (cfg.method == "peagle"):
-        kind, method = ("a P-EAGLE", "peagle") if init.cfg.parallel_drafting else ("an EAGLE-3", "eagle")
-        raise ValueError(f"--init-from {path} is {kind} drafter; pass --method {method}")
+    from ..dspark import DSparkConfig
+
+    dspark = isinstance(init.cfg, DSparkConfig)
+    kind, method = (("a DSpark", "dspark") if dspark else ("a P-EAGLE", "peagle") if init.cfg.parallel_drafting
+                    else ("an EAGLE-3", "eagle"))
+    if method != cfg.method:
+        raise ValueError(f"--init-from {path} is {kind} drafter; "
+                         f"pass --method {method} (--preset {method} for its recipe)")
+    if dspark:
+        mark(f"starting from {path} (DSpark, {init.cfg.num_layers} layer(s), Markov rank {init.cfg.markov_rank})")
+        return init, dict(num_layers=init.cfg.num_layers, intermediate_size=init.cfg.intermediate_size,
+                          draft_vocab_size=init.cfg.draft_vocab_size, markov_rank=init.cfg.markov_rank,
+                          max_depth=init.cfg.block_size, mask_token_id=init.cfg.mask_token_id)
     if init.cfg.parallel_drafting and init.mask_embedding is None and cfg.learn_mask_embedding:
         old = init.cfg.mask_token_id
         init = with_learned_mask_row(init, target, cfg.mask_token_id)
