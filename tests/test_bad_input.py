@@ -463,7 +463,10 @@ def test_a_target_that_cannot_load_is_one_line_naming_the_fix(tmp_path, monkeypa
     """--target: an id Hugging Face cannot give (offline here) or a drafter's folder is named as such (exit 2)."""
     from peagle_lab.target import Target
 
+    import huggingface_hub.constants
+
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)    # read once, when it was imported
     with pytest.raises(ValueError, match="target nosuch-org/nosuch: no such folder here.*pass a local model folder"):
         Target.load("nosuch-org/nosuch")
     drafter = tmp_path / "d"

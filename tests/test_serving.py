@@ -84,7 +84,8 @@ def learned_row_drafter(target, folder):
 
 
 @pytest.mark.vllm
-@pytest.mark.parametrize("method", ["eagle", "peagle-learned-row"])   # the shipped P-EAGLE: test_serving_bench's sweep
+@pytest.mark.parametrize("method", [pytest.param("eagle", marks=pytest.mark.slow),   # the shipped P-EAGLE: the sweep
+                                    "peagle-learned-row"])                         # (slow, test_serving_bench)
 def test_real_vllm_is_lossless_and_agrees_with_teaching_engine(target, mtbench_ids, method, tmp_path):
     from peagle_lab.assets import smollm2_dir
     from peagle_lab.checkpoint import load_drafter

@@ -82,6 +82,7 @@ def test_cli_refuses_k_beyond_the_trained_depth_before_vllm_starts():
 
 
 @pytest.mark.vllm
+@pytest.mark.slow                        # two server starts (~3 minutes); test_serving's learned-row server is quick
 def test_real_vllm_sweep_is_lossless_and_accepts(target, tmp_path):
     """One small real sweep: 2 servers (ar, peagle K=3), concurrency 1 and 2, 3 prompts, 16 tokens. The shipped
     P-EAGLE drafter served here also accepts what the teaching engine accepts, position by position (within 0.05):

@@ -202,6 +202,7 @@ def _first_difference(a: list[int], b: list[int]) -> str:
 
 
 @pytest.mark.vllm
+@pytest.mark.slow                        # a vLLM engine start (about a minute on 2 cores)
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vLLM is not installed")
 def test_real_vllm_greedy_replies_equal_the_transformers_ones(target, tmp_path):
     """The oracle: both engines decode the same float32 target greedily, so every reply token is the same.
