@@ -100,7 +100,8 @@ def serving_defaults(cuda: bool, methods) -> dict:
     On a CUDA GPU: 16-bit weights (bf16, or fp16 on a GPU without bf16 such as a T4: ``device.half_dtype``),
     CUDA graphs (no ``--enforce-eager``), a longer start-up timeout (compile and capture take minutes) and, when
     P-EAGLE is swept, vLLM's V1 model runner for every method: vLLM 0.26 runs parallel drafting only on V1 while
-    it serves the others on V2, and V1 alone halved EAGLE-3's tokens/s on an H200 (``benchmarks/results/vllm_cuda_h200_sweep.json``), so mixed runners would compare runners, not
+    it serves the others on V2, and V1 alone halved EAGLE-3's tokens/s on an H200
+    (``benchmarks/results/vllm_cuda_h200_sweep.json``), so mixed runners would compare runners, not
     drafting. On a CPU: float32, eager, vLLM's own runner.
 
     >>> serving_defaults(True, ["ar", "peagle"])["model_runner"], serving_defaults(False, ["ar"])["dtype"]
