@@ -168,3 +168,16 @@ def test_no_cycle_between_packages():
         packages.setdefault(node, set()).update(package_of(d) for d in deps if package_of(d) != node)
     cycle = find_cycle(packages)
     assert cycle is None, "import cycle between packages: " + " -> ".join(cycle)
+
+
+def test_every_heavy_entry_names_a_test():
+    """conftest.HEAVY (what `make test-fast` leaves out) names functions that exist, so a rename cannot quietly
+    put a slow test back into the development loop or drop a mark."""
+    import re
+
+    from conftest import HEAVY
+
+    for file, names in HEAVY.items():
+        text = (REPO / "tests" / file).read_text()
+        for name in names:
+            assert re.search(rf"^def {re.escape(name.split('[')[0])}\(", text, re.M), f"{file}: no test {name}"
