@@ -338,9 +338,6 @@ def _checked_batch_sizes(methods, batch_sizes, temperature: float, dtype: str) -
     if batch_sizes[-1] > 1 and temperature > 0:
         raise BenchRefused("batched decoding is greedy only: use --temperature 0 with --batch-size > 1, "
                          "or --batch-size 1 for sampling")
-    if batch_sizes[-1] > 1 and "dspark" in methods:
-        raise BenchRefused("the batched engine has no DSpark path: run dspark with --batch-size 1 "
-                           "(or vllm-bench --methods dspark on a CUDA GPU for batches)")
     if batch_sizes[-1] > 1 and "hf" in methods:
         raise BenchRefused("the hf baseline runs one prompt at a time: drop hf from --methods or use --batch-size 1")
     if dtype not in DTYPES:

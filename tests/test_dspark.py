@@ -9,6 +9,7 @@ from helpers import tiny_target
 from peagle_lab.checkpoint import load_drafter
 from peagle_lab.compat import drafting_method
 from peagle_lab.dspark import DSparkConfig, init_dspark, load_dspark, save_dspark, vllm_config_dict
+from peagle_lab.engines.batched import generate_batch
 from peagle_lab.engines.drafting import draft_markov
 from peagle_lab.engines.teaching import generate
 from peagle_lab.train.blocks import block_elements, element_logits
@@ -48,9 +49,9 @@ def test_greedy_dspark_equals_ar_on_the_real_target(target, mtbench_ids, k):
     assert len(out.acceptance.per_position) == k
 
 
-def test_greedy_dspark_equals_ar_when_drafts_are_often_right(small):
-    """A drafter that learned the tiny target a little (a few steps of its own loss) accepts some drafts, so the
-    accept-and-roll-back path runs, and the output still equals plain decoding."""
+@pytest.fixture(scope="module")
+def learned(small):
+    """A DSpark drafter that learned the tiny target a little (a few steps of its own loss): drafts often right."""
     from peagle_lab.train.loss import padded_loss
     d = dspark(small, seed=2, markov=0.0).train()
     samples = [Sample(torch.tensor(generate(small, [i % 64, 7], method="ar", max_new_tokens=30,
@@ -65,8 +66,13 @@ def test_greedy_dspark_equals_ar_when_drafts_are_often_right(small):
         opt.zero_grad()
         padded_loss(d, el, data, method="dspark", max_depth=4, backward=True)
         opt.step()
-    d.eval()
-    accepted = 0
+    return d.eval()
+
+
+def test_greedy_dspark_equals_ar_when_drafts_are_often_right(small, learned):
+    """The learned drafter accepts some drafts, so the accept-and-roll-back path runs, and the output still
+    equals plain decoding."""
+    d, accepted = learned, 0
     for start in range(5):
         prompt = [start, 9, 4]
         ref = generate(small, prompt, method="ar", max_new_tokens=24, stop_at_eos=False).tokens
@@ -74,6 +80,48 @@ def test_greedy_dspark_equals_ar_when_drafts_are_often_right(small):
         assert out.tokens == ref
         accepted += out.acceptance.num_accepted_tokens
     assert accepted > 10, accepted
+
+
+def _batch_equals_alone_and_ar(target, prompts, budgets, d, k):
+    """generate_batch(method="dspark") == each request alone in the teaching engine == AR: tokens, drafts and
+    acceptance per step and per position -> the batch's per-step ``{request: accepted}``."""
+    out = generate_batch(target, prompts, method="dspark", drafter=d, k=k, max_new_tokens=budgets, stop_at_eos=False)
+    for r, (ids, n) in enumerate(zip(prompts, budgets)):
+        got = out.results[r]
+        alone = generate(target, ids, method="dspark", drafter=d, k=k, max_new_tokens=n, stop_at_eos=False)
+        ar = generate(target, ids, method="ar", max_new_tokens=n, stop_at_eos=False).tokens
+        assert got.tokens == alone.tokens == ar, r
+        assert [(s.drafts, s.accepted) for s in got.steps] == [(s.drafts, s.accepted) for s in alone.steps], r
+        assert got.acceptance.to_dict() == alone.acceptance.to_dict(), r
+    assert len(out.accepted[0]) == len(prompts) and len(out.accepted[-1]) < len(prompts)   # some left early
+    return out.accepted
+
+
+@pytest.mark.parametrize("k", [1, 4])
+def test_batched_dspark_equals_each_request_alone_and_ar(target, mtbench_ids, k):
+    """A ragged batch (three prompt lengths, three budgets) on the real target with a random drafter."""
+    prompts = list(mtbench_ids[:3])
+    assert len({len(p) for p in prompts}) == 3
+    _batch_equals_alone_and_ar(target, prompts, [24, 10, 16], dspark(target, seed=1, vd=4096, markov=0.05), k)
+
+
+def test_batched_dspark_with_drafts_often_right(small, learned):
+    """On the tiny target the learned drafter's drafts are often accepted, by different counts in one step."""
+    accepted = _batch_equals_alone_and_ar(small, [[0, 9, 4], [1, 9, 4, 5, 2], [2, 9]], [30, 14, 24], learned, 4)
+    assert sum(sum(step.values()) for step in accepted) > 10, accepted
+    assert any(len(set(step.values())) > 1 for step in accepted), accepted     # ragged steps happened
+
+
+def test_bench_runs_dspark_in_batches(target):
+    """`bench --methods ar,dspark --batch-size 1,2`: the DSpark batch row runs the batched engine and equals AR."""
+    from peagle_lab.bench import BenchSpec, run_bench
+
+    out = run_bench(BenchSpec(methods=["ar", "dspark"], ks=[3], prompts="mt-bench", num_prompts=2, max_new_tokens=4,
+                              batch_sizes=[1, 2]), target=target, progress=False)
+    rows = {(x["method"], x["batch_size"]): x for x in out["results"]}
+    assert rows[("dspark", 2)]["engine"] == "teaching-batched" and rows[("dspark", 1)]["engine"] == "teaching"
+    assert all(x["identical_to_ar"] is True for key, x in rows.items() if key != ("ar", 1))
+    assert rows[("dspark", 2)]["new_tokens"] == 8 and len(rows[("dspark", 2)]["acceptance_per_position"]) == 3
 
 
 @pytest.mark.slow

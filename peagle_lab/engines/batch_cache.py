@@ -29,6 +29,9 @@ committed slot records the request that owns it (``slot_req``) and its position.
 the pool slots of its own request, plus the causal part of its request's new slots; mask slots
 and padding for rejected tokens are dropped from the pool after the pass
 (:meth:`DraftPool.commit`), finished requests' slots when they leave (:meth:`DraftPool.keep_requests`).
+DSpark's drafter never runs its layers over context tokens: its context K/V come from the target's
+features (``fc(aux)`` per layer) and go into the pool as they are (:meth:`DraftPool.extend`); its
+block slots are never stored.
 The price of a dense mask over the whole pool is attention work over every request's context
 (vLLM's varlen kernels skip it); at this scale the drafter's MLP and head dominate anyway.
 
@@ -130,6 +133,14 @@ class DraftPool:
         """Record the owners of the slots the last drafter pass appended (its cache grew already)."""
         self.slot_req = torch.cat([self.slot_req, req.long()])
         self.slot_pos = torch.cat([self.slot_pos, pos.long()])
+
+    @torch.inference_mode()
+    def extend(self, req: torch.Tensor, pos: torch.Tensor, kv: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+        """Append K/V made outside a drafter pass, ``(1, kv_heads, n, hd)`` per layer (DSpark's context rows:
+        ``fc(aux)`` through each layer's k/v projections), owned by ``req (n,)`` at ``pos (n,)``."""
+        for layer, (key, value) in enumerate(kv):
+            self.cache.append(layer, key, value)
+        self.append(req, pos)
 
     @torch.inference_mode()
     def commit(self, start: int, keep: torch.Tensor) -> None:

@@ -10,7 +10,9 @@ algorithm as :func:`peagle_lab.engines.teaching.generate` for a whole batch, the
    (scatter of target features by ``hidden_state_mapping``, ``torch.where`` fill of the mask slots
    with ``fc(mask_hidden)``), then ONE drafter pass over all requests (P-EAGLE), or one context
    pass plus K-1 one-token-per-request passes (EAGLE-3), against the drafter's pooled KV cache
-   (:class:`~peagle_lab.engines.batch_cache.DraftPool`);
+   (:class:`~peagle_lab.engines.batch_cache.DraftPool`). DSpark needs no kernel: each request's
+   accepted rows become context K/V in the pool (``fc(aux)`` per layer), then ONE pass over every
+   request's block ``[x_P, K-1 masks]`` and the Markov head, one slot at a time for all rows;
 3. **one target forward verifies every request** (``(B, K+1)`` tokens, per-row cache lengths);
 4. per row: accept ``n_r`` (greedy), commit ``1 + n_r`` slots, append to the row's
    :class:`~peagle_lab.engines.request.Request`, finish or go on. Finished requests leave the batch
@@ -18,7 +20,8 @@ algorithm as :func:`peagle_lab.engines.teaching.generate` for a whole batch, the
 
 Greedy only: every request's output equals what it would get alone, which equals plain AR
 decoding (tested). Sampling in a batch is not implemented -- use batch size 1 for T > 0.
-Method ``"ar"`` is the same loop with K = 0 (one target forward per token for all rows).
+Methods: ``"eagle"``, ``"peagle"``, ``"dspark"`` (:data:`POOLED_DRAFTERS`); ``"ar"`` is the same loop
+with K = 0 (one target forward per token for all rows).
 """
 from __future__ import annotations
 
@@ -100,7 +103,43 @@ def draft_sequential_pooled(drafter: Eagle3Drafter, pool: DraftPool, ctx: Packed
     return torch.stack(drafts, dim=1)                                     # (R, K)
 
 
-POOLED_DRAFTERS = {"eagle": draft_sequential_pooled, "peagle": draft_parallel_pooled}
+def _accepted_rows(ctx: Packed) -> tuple[torch.Tensor, torch.Tensor]:
+    """The packed rows up to each request's last accepted token -> ``(rows (n,), their request index (n,) in R)``."""
+    qsl = ctx.query_start_loc.long()
+    row_of = torch.repeat_interleave(torch.arange(ctx.req.numel(), device=qsl.device), qsl[1:] - qsl[:-1])  # (N,)
+    rows = torch.nonzero(torch.arange(row_of.numel(), device=qsl.device) <= ctx.query_end_loc.long()[row_of])
+    return rows.flatten(), row_of[rows.flatten()]
+
+
+@torch.inference_mode()
+def draft_markov_pooled(drafter, pool: DraftPool, ctx: Packed, k: int) -> torch.Tensor:
+    """DSpark for the batch: the accepted rows' context K/V (``fc(aux)``, one row per target position) into the
+    pool, ONE packed pass over every request's block ``[x_P, K-1 masks]`` (causal inside a block, which sees its
+    own request's context), then the Markov head left to right for all requests at once -> ``(R, K)`` target ids.
+    The block slots never enter the pool."""
+    rows, row_of = _accepted_rows(ctx)
+    pos = ctx.positions[rows]                                                   # (n,) target positions
+    pool.extend(ctx.req[row_of], pos, drafter.context_kv(ctx.aux[rows][None], pos[None]))
+    R, dev = ctx.req.numel(), ctx.req.device
+    ids = torch.full((R, k), drafter.cfg.mask_token_id, dtype=torch.long, device=dev)
+    ids[:, 0] = ctx.next_token_ids.long()                                       # x_P: the target's new token
+    first = ctx.positions[ctx.query_end_loc.long()] + 1                         # (R,) P: the position of x_P
+    positions = first[:, None] + torch.arange(k, device=dev)                    # (R, K)
+    block_req = ctx.req.repeat_interleave(k)                                    # (R*K,) owner of each block slot
+    idx = torch.arange(R * k, device=dev)
+    causal = (block_req[:, None] == block_req[None, :]) & (idx[None, :] <= idx[:, None])     # (R*K, R*K)
+    mask = torch.cat([pool.visible(block_req), causal], dim=1)                 # (R*K, S + R*K)
+    ctx_kv = list(zip(pool.cache.keys, pool.cache.values))
+    normed = drafter.block(ids.view(1, -1), positions.view(1, -1), ctx_kv, mask[None, None])[0]   # (R*K, H)
+    base = drafter.lm_head(normed).view(R, k, -1)                               # (R, K, Vd)
+    prev, drafts = ids[:, 0], []
+    for i in range(k):                                                          # slot i told slot i-1's pick
+        prev = drafter.to_target_ids((base[:, i] + drafter.markov_head(prev).to(base.dtype)).argmax(-1))
+        drafts.append(prev)
+    return torch.stack(drafts, dim=1)                                           # (R, K)
+
+
+POOLED_DRAFTERS = {"eagle": draft_sequential_pooled, "peagle": draft_parallel_pooled, "dspark": draft_markov_pooled}
 
 
 def _packed(device, *, req, token_ids, positions, aux, query_start_loc, query_end_loc, next_token_ids) -> Packed:
@@ -222,7 +261,7 @@ class Batch:
 def generate_batch(target, prompts: list[list[int]], *, method: str = "peagle", drafter: Eagle3Drafter | None = None,
                    k: int = 5, max_new_tokens: int | list[int] = 128, temperature: float = 0.0,
                    stop_at_eos: bool = True) -> Outputs:
-    """Greedy generation for a batch of prompts (token id lists) with ``method`` ar / eagle / peagle."""
+    """Greedy generation for a batch of prompts (token id lists) with ``method`` ar / eagle / peagle / dspark."""
     budgets, k, draft_fn = _check(target, prompts, method, drafter, k, max_new_tokens, temperature)
     eos, t0 = target.eos_token_ids if stop_at_eos else (), time.perf_counter()
     reqs = [Request(list(p), budget, eos, k if draft_fn else 0, started=t0) for p, budget in zip(prompts, budgets)]
