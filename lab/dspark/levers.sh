@@ -5,14 +5,7 @@
 #   denser blocks: the same fine-tune with 256 block anchors a conversation instead of 64 (more supervised
 #                  positions a step).
 # Then the replay eval (80 MT-Bench, 128 tokens, K 3/5/7) of the shipped drafter and both arms on one set of replies.
-set -uo pipefail
-W=/tmp/ds
-t0=$SECONDS
-stamp() { echo "[$((SECONDS - t0)) s] $*"; }
-zcat /tmp/vp/sharegpt_turns.jsonl.gz > $W/sharegpt_turns.jsonl
-python -c "from peagle_lab.target import Target; Target.load(device='cuda')" || exit 1
-touch $W/target.done
-stamp "target converted"
+source "$(dirname "$0")/prelude.sh"
 python -m peagle_lab regenerate --engine vllm --prompts $W/sharegpt_turns.jsonl --all-turns \
   --num-prompts ${CONVS:-16384} --temperature 0 --max-new-tokens 256 --max-prompt-tokens 640 \
   --batch-size 1024 --shard-size 4096 --device cuda --dtype bfloat16 --gpu-memory-utilization 0.4 \

@@ -1,12 +1,6 @@
 #!/usr/bin/env bash
 # Started by gpu.sh under setsid. Every stage writes its raw record to /tmp/ds (gpu.sh brings them back).
-set -uo pipefail
-W=/tmp/ds
-t0=$SECONDS
-stamp() { echo "[$((SECONDS - t0)) s] $*"; }
-zcat /tmp/vp/sharegpt_turns.jsonl.gz > $W/sharegpt_turns.jsonl
-python -c "from peagle_lab.target import Target; Target.load(device='cuda')" || exit 1
-stamp "target converted"
+source "$(dirname "$0")/prelude.sh"
 # 1. data: the target's own greedy replies to every turn of 16,384 ShareGPT conversations (the shipped pair's size)
 python -m peagle_lab regenerate --engine vllm --prompts $W/sharegpt_turns.jsonl --all-turns \
   --num-prompts ${CONVS:-16384} --temperature 0 --max-new-tokens 256 --max-prompt-tokens 640 \
