@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Notebooks 01-05 under nbmake on a CUDA GPU at CI sizes (PEAGLE_SMOKE=1, PEAGLE_DEVICE=cuda), then 01-04 again with
-# the fp16 path a T4 takes (PEAGLE_HALF_DTYPE=float16), beside lab/dspark/levers.sh on the same GPU. Started by
+# the fp16 path a T4 takes (PEAGLE_HALF_DTYPE=float16; 05 too with NB_FP16_05=1), beside lab/dspark/levers.sh on the
+# same GPU or alone (PIPELINE=target_only). LANES=2 runs the bf16 and fp16 lanes at once. Started by
 # lab/dspark/gpu.sh (NOTEBOOKS=1) under setsid from its copy of the tree, after vLLM is installed from the bundle and
 # parts/nbwheels (nbmake, ipykernel, plotly, ipywidgets as wheels for the image's Python, plus a ShareGPT stand-in)
 # is parked in /tmp/vp/nbwheels. Notebook 05 waits for the regeneration's vLLM to finish (GPU memory); the
@@ -33,15 +34,25 @@ run() {   # run NAME NOTEBOOK [env ...]
   echo "$name: pytest rc=$? at ${SECONDS} s" | tee -a "$LOG"
   cp "$nb" "$O/$name.ipynb"      # --overwrite: the executed notebook, outputs and all
 }
-for n in 01 02 03 04; do
-  nb=$(ls notebooks/${n}_*.ipynb); run "${n}-bf16" "$nb" PEAGLE_HALF_DTYPE=
-done
-for n in 01 02 03 04; do
-  nb=$(ls notebooks/${n}_*.ipynb); run "${n}-fp16" "$nb" PEAGLE_HALF_DTYPE=float16
-done
-while [ ! -f /tmp/ds/regen.done ]; do sleep 2; done
-run "05-bf16" notebooks/05_serving.ipynb PEAGLE_HALF_DTYPE=
-run "05-fp16" notebooks/05_serving.ipynb PEAGLE_HALF_DTYPE=float16
+wait_regen() { while [ ! -f /tmp/ds/regen.done ]; do sleep 2; done; }
+lane_bf16() {
+  for n in 01 02 03 04; do nb=$(ls notebooks/${n}_*.ipynb); run "${n}-bf16" "$nb" PEAGLE_HALF_DTYPE=; done
+  wait_regen; run "05-bf16" notebooks/05_serving.ipynb PEAGLE_HALF_DTYPE=
+}
+lane_fp16() {
+  for n in 01 02 03 04; do nb=$(ls notebooks/${n}_*.ipynb); run "${n}-fp16" "$nb" PEAGLE_HALF_DTYPE=float16; done
+  [ "${NB_FP16_05:-0}" = 1 ] && { wait_regen; run "05-fp16" notebooks/05_serving.ipynb PEAGLE_HALF_DTYPE=float16; }
+}
+if [ "${LANES:-1}" = 2 ]; then
+  # Two lanes at once, the fp16 one from its own copy of the tree and its own cache (notebook 03 writes a drafter).
+  rm -rf /tmp/tree16 && cp -r "$PWD" /tmp/tree16
+  mkdir -p /tmp/nbcache16 && cp -a /tmp/nbcache/targets /tmp/nbcache16/
+  lane_bf16 &
+  (cd /tmp/tree16 && export PYTHONPATH="/tmp/tree16:$NBW/sharegpt_stub" PEAGLE_CACHE=/tmp/nbcache16 && lane_fp16) &
+  wait
+else
+  lane_bf16; lane_fp16
+fi
 grep -aE "rc=|SKIPPED|passed|failed" "$LOG" | tail -n 30
 tar czf $O/notebooks_cuda.tgz -C $O $(cd $O && ls *.ipynb)
 touch $O/done
