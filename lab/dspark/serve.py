@@ -25,9 +25,10 @@ from peagle_lab.serving.bench import (BENCH_SERVE, bench_serve_args, make_row, m
 from peagle_lab.serving.server import ServeConfig, free_port, serve_command, server_env
 
 KV = ["--kv-cache-memory-bytes", str(3 << 30)]
-# (name, method, K, runner, dtype): the line-up, AR on both runners, each method on the runner it serves on
+# (name, method, K, runner, dtype): AR on both runners, each method on the runner it serves on, EAGLE-3 on both
 CONFIGS = [("ar-v1", "ar", None, "v1", "bfloat16"), ("ar-v2", "ar", None, "v2", "bfloat16"),
-           ("eagle-k3-v2", "eagle", 3, "v2", "bfloat16"), ("peagle-k3-v1", "peagle", 3, "v1", "bfloat16"),
+           ("eagle-k3-v2", "eagle", 3, "v2", "bfloat16"), ("eagle-k3-v1", "eagle", 3, "v1", "bfloat16"),
+           ("peagle-k3-v1", "peagle", 3, "v1", "bfloat16"),
            ("dspark-k3-v2", "dspark", 3, "v2", "bfloat16"), ("dspark-k5-v2", "dspark", 5, "v2", "bfloat16"),
            ("dspark-k7-v2", "dspark", 7, "v2", "bfloat16"), ("dspark-k7-v2-fp32", "dspark", 7, "v2", "float32")]
 
