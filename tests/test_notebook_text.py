@@ -65,6 +65,9 @@ def test_the_cost_model_is_set_beside_what_the_notebook_measures(name):
 def test_02_cites_the_paper():
     assert any("2602.01469" in t for t in markdown(ROOT / "notebooks" / "02_parallel_drafting.ipynb")), \
         "02 must cite the P-EAGLE paper (arXiv 2602.01469)"
+    nb02 = "\n".join(markdown(ROOT / "notebooks" / "02_parallel_drafting.ipynb"))
+    for text in (nb02, (ROOT / "README.md").read_text()):
+        assert "Mude Hui" in text and "arxiv.org/abs/2602.01469" in text, "cite the paper by its authors and link"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
