@@ -179,9 +179,11 @@ def ablation() -> dict:
 
 def costmodel_parts() -> dict:
     """The cost model's parts measured apart (peagle_lab.costmodel): per-position acceptance from a CPU
-    replay, a gpt-oss-20b-size drafter's passes on an H200, and the vLLM blog's published figures."""
+    replay, a gpt-oss-20b-size drafter's passes on an H200, the teaching engine's end-to-end CPU bench (its time
+    split into drafting, verifying and bookkeeping), and the published figures of the vLLM blog and the paper."""
     replay = _raw("replay_acceptance_mtbench80.json")
     fwd = _raw("drafter_forward_cudagraph_h200.json")
+    cpu = _raw("bench_cpu_mtbench.json")
     return {
         "source": "benchmarks/results/drafter_forward_cudagraph_h200.json",    # each part below names its own
         "replay_mtbench80": {"source": "benchmarks/results/replay_acceptance_mtbench80.json",
@@ -200,6 +202,19 @@ def costmodel_parts() -> dict:
                  "al_mtbench": {"eagle": {"7": 3.27}, "peagle": {"3": 2.87, "7": 3.70}},
                  "concurrency": [1, 2, 4, 8, 16, 32, 64],
                  "ratio_mtbench": [1.55, 1.29, 1.35, 1.28, 1.27, 1.09, 1.05]},
+        "paper": {"source": "P-EAGLE, arXiv 2602.01469: the abstract's speed-up over EAGLE-3 on GPT-OSS-120B, "
+                            "GPT-OSS-20B and Qwen3-Coder-30B; its tables (1x H200, concurrency 2 and 4) per target",
+                  "speedup_over_eagle3": [1.10, 1.36],
+                  "tables_h200_c2_c4": {"gpt-oss-20b": [1.27, 1.36], "gpt-oss-120b": [1.04, 1.10],
+                                        "qwen3-coder-30b": [1.04, 1.17]}},
+        "teaching_cpu": {"source": "benchmarks/results/bench_cpu_mtbench.json", "command": cpu["command"],
+                         "device": f"CPU, {cpu['info']['device']['cpu_count']} cores, torch threads "
+                                   f"{cpu['info']['device']['torch_threads']}",
+                         "settings": {k: cpu["settings"][k] for k in ("prompts", "num_prompts", "max_new_tokens",
+                                                                     "temperature", "batch_size")},
+                         "rows": [{k: r[k] for k in ("method", "k", "tokens_per_s", "acceptance_length",
+                                                     "time_split_s")}
+                                  for r in cpu["results"] if r["method"] in ("ar", "eagle", "peagle")]},
     }
 
 

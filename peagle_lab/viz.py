@@ -8,6 +8,9 @@
 * :func:`step_view` / :func:`step_html` / :func:`step_explorer` -- one speculative step at a time
   (its K drafts, which the target accepted, where it rejected, the token the target added), with
   a slider and buttons to move through the steps of a generation.
+* :func:`pays_figure` -- notebook 07's three panels on where parallel drafting pays, and
+  :func:`what_if_explorer` -- sliders over the cost model's what-if (it prints first, so a run
+  without widgets still shows the prediction).
 
 Rows are dicts as written by ``peagle-lab bench`` (``method``, ``k``,
 ``acceptance_per_position``), optionally with ``prompts``, ``temperature`` and ``source`` (which
@@ -256,4 +259,194 @@ def step_explorer(result, decode):
     show()
     box = W.VBox([W.HBox([prev, slider, nxt]), view])
     box.slider, box.view, box.prev, box.next = slider, view, prev, nxt  # handles for tests and readers
+    return box
+
+
+PAYS_LABELS = {"135M, CPU teaching engine": "CPU teaching", "135M, H200 fast engine": "H200 fast engine",
+               "135M, CUDA vLLM V1 (c=1)": "vLLM V1", "135M DSpark, CUDA vLLM V2 (c=1)": "vLLM V2 (DSpark)",
+               "135M DSpark, H200 fast engine (pass cost assumed = P-EAGLE's)": "DSpark, fast engine",
+               "what if: 135M P-EAGLE as accurate as EAGLE-3": "what if: as accurate",
+               "what if: 135M pair, a 20B-size drafter's costs": "what if: 20B-size costs",
+               "gpt-oss-20b-size drafter, blog's AL (model)": "20B-size drafter (model)",
+               "gpt-oss-20b, B200 (blog, measured)": "blog: gpt-oss-20b"}
+_PAYS_TEXT_AT = {"CPU teaching": "top left", "DSpark, fast engine": "bottom right", "vLLM V2 (DSpark)": "bottom center",
+                 "vLLM V1": "bottom right", "blog: gpt-oss-20b": "top left"}   # the rest: right of the marker
+
+
+_BLUE, _ORANGE, _GREY = "#1f77b4", "#ff7f0e", "#7f7f7f"
+_SHARES = [i / 100 for i in range(0, 96, 2)]
+
+
+def _pays_points(fig, rows, panel, which, y, name, symbol, color=_BLUE, labels=True, size=11, at=None):
+    """One marker per row that ``which`` keeps and that has a value in column ``y``, labelled unless told not."""
+    sel = [r for r in rows if which(r) and r[y] is not None]
+    fig.add_trace(go.Scatter(
+        x=[r["draft_share"] for r in sel], y=[r[y] for r in sel], name=name, legendgroup=name,
+        mode="markers+text" if labels else "markers", text=[r["label"] for r in sel] if labels else None,
+        textposition=[(at or {}).get(r["label"], _PAYS_TEXT_AT.get(r["label"], "middle right")) for r in sel],
+        textfont={"size": 10}, hovertext=[r["setting"] for r in sel],
+        marker={"size": size, "symbol": symbol, "color": color, "line": {"width": 2}}), row=panel, col=1)
+
+
+def _pays_line(fig, panel, y, name, dash="solid", color="black"):
+    fig.add_trace(go.Scatter(x=_SHARES, y=y, mode="lines", name=name,
+                             line={"dash": dash, "color": color, "width": 1.5}), row=panel, col=1)
+
+
+def _is_what_if(r):
+    return r["setting"].startswith("what if")
+
+
+def _is_published(r):
+    return r["kind"] == "published"
+
+
+def _pays_al_panel(fig, rows, pair):
+    """Top: the AL ratio each setting has, the ratio it needs at its own K and pass cost, and break-even lines."""
+    from .costmodel import break_even_ratio
+
+    k_seq, r_pair = pair["k_sequential"], pair["pass_ratio"]
+    for k, dash in ((3, "dash"), (7, "dot")):
+        _pays_line(fig, 1, [break_even_ratio(f, k) for f in _SHARES],
+                   f"break-even, K={k}, a parallel pass = a sequential one", dash, _GREY)
+    _pays_line(fig, 1, [break_even_ratio(f, k_seq, r_pair) for f in _SHARES],
+               f"break-even, the 135M pair (K={k_seq}, a parallel pass = {r_pair:.1f} sequential)")
+    _pays_points(fig, rows, 1, lambda r: True, "al_ratio_needed", "AL ratio needed (break-even)", "line-ew-open",
+                 "black", False, 16)
+    def measured(r):        # the modelled 20B-size point's ALs are the blog's: drawn once, as its star
+        return not (_is_what_if(r) or _is_published(r) or r["setting"].startswith("gpt-oss-20b-size"))
+
+    _pays_points(fig, rows, 1, measured, "al_ratio", "measured", "circle")
+    _pays_points(fig, rows, 1, _is_what_if, "al_ratio", "predicted by the cost model", "circle-open")
+    _pays_points(fig, rows, 1, _is_published, "al_ratio", "published (measured by others)", "star", _ORANGE, size=14)
+
+
+def _pays_speed_panel(fig, rows, pair):
+    """Middle: speed over EAGLE-3, predicted, measured here, and published (the blog's star, the paper's band)."""
+    from .costmodel import paper_range, speed_ratio
+
+    _pays_line(fig, 2, [speed_ratio(f, pair["al_ratio"], pair["k_sequential"], pair["pass_ratio"]) for f in _SHARES],
+               f"cost model, the 135M pair's AL ratio {pair['al_ratio']:.2f}")
+    _pays_points(fig, rows, 2, lambda r: r["measured_ratio"] is None, "predicted_ratio",
+                 "predicted by the cost model", "circle-open")
+    _pays_points(fig, rows, 2, lambda r: r["measured_ratio"] is not None, "predicted_ratio",
+                 "predicted by the cost model", "circle-open", labels=False)
+    _pays_points(fig, rows, 2, lambda r: not _is_published(r), "measured_ratio", "measured", "circle")
+    _pays_points(fig, rows, 2, _is_published, "measured_ratio", "published (measured by others)", "star", _ORANGE,
+                 size=14)
+    low, high = paper_range()
+    fig.add_hrect(y0=low, y1=high, fillcolor=_ORANGE, opacity=0.25, line_width=0, row=2, col=1,
+                  exclude_empty_subplots=False)
+    fig.add_annotation(x=0.01, y=high, xanchor="left", yanchor="bottom", showarrow=False, font={"size": 10},
+                       text=f"published, the paper: {low:.2f}-{high:.2f}x over EAGLE-3 (20B-120B targets, "
+                            "drafting share not given)", row=2, col=1)
+
+
+def _pays_ar_panel(fig, rows, pair):
+    """Bottom: speed over plain decoding, with the cost model's curves for the 135M pair's two ALs."""
+    from .costmodel import acceptance_length, h200_135m, speedup_vs_ar
+
+    acc = h200_135m().acceptance
+    k_seq = pair["k_sequential"]
+    for method, al, dash in (("sequential", acceptance_length(acc["eagle"], k_seq), "dash"),
+                             ("parallel", acceptance_length(acc["peagle"], pair["k_parallel"]), "solid")):
+        _pays_line(fig, 3, [speedup_vs_ar(f, al, k_seq, method, pair["pass_ratio"]) for f in _SHARES],
+                   f"cost model, 135M {'EAGLE-3' if method == 'sequential' else 'P-EAGLE'} (AL {al:.2f})", dash)
+    _pays_points(fig, rows, 3, lambda r: r["measured_parallel_vs_ar"] is None, "parallel_vs_ar",
+                 "predicted by the cost model", "circle-open", at={"what if: as accurate": "bottom right"})
+    _pays_points(fig, rows, 3, lambda r: r["measured_parallel_vs_ar"] is not None, "parallel_vs_ar",
+                 "predicted by the cost model", "circle-open", labels=False)
+    _pays_points(fig, rows, 3, lambda r: True, "measured_parallel_vs_ar", "measured", "circle",
+                 at={"H200 fast engine": "top right"})
+    for column, symbol in (("sequential_vs_ar", "diamond-open"), ("measured_sequential_vs_ar", "diamond")):
+        _pays_points(fig, rows, 3, lambda r: True, column, "EAGLE-3 beside it (open: predicted)", symbol, _GREY,
+                     False, 9)
+
+
+def pays_figure(rows: list[dict]) -> go.Figure:
+    """Notebook 07's answer to *when does parallel drafting pay?* for :func:`peagle_lab.costmodel.where_it_pays`'s
+    rows: three panels over EAGLE-3's drafting share of a step. Top: each setting's AL(parallel) / AL(EAGLE-3) and
+    the ratio it needs (a bar), with break-even lines; middle: speed over EAGLE-3, predicted (open), measured
+    (filled) and published (stars, and the paper's range as a band); bottom: speed over plain decoding, with the
+    cost model's curves for the 135M pair. The lines to clear in the lower panels are 1."""
+    from plotly.subplots import make_subplots
+
+    rows = [{**r, "label": PAYS_LABELS.get(r["setting"], r["setting"])} for r in rows]
+    pair = next(r for r in rows if r["setting"] == "135M, H200 fast engine")   # the shipped pair, compiled engine
+    fig = make_subplots(rows=3, cols=1, shared_xaxes=True, vertical_spacing=0.07, subplot_titles=(
+        "AL(parallel) / AL(EAGLE-3): a setting pays when its marker sits above its own bar",
+        "speed over EAGLE-3 (tokens/s ratio): pays above 1",
+        "speed over plain decoding: speculation pays above 1"))
+    _pays_al_panel(fig, rows, pair)
+    _pays_speed_panel(fig, rows, pair)
+    _pays_ar_panel(fig, rows, pair)
+    for panel in (2, 3):
+        fig.add_hline(y=1.0, line={"color": "black", "width": 1}, row=panel, col=1, exclude_empty_subplots=False)
+    seen = set()
+    for trace in fig.data:          # one legend entry per kind of marker
+        trace.showlegend = trace.name not in seen
+        seen.add(trace.name)
+    fig.update_xaxes(range=[0, 1.0])
+    fig.update_xaxes(title_text="EAGLE-3's drafting share of a step (each method at its best K)", row=3, col=1)
+    fig.update_yaxes(range=[0.3, 1.35], title_text="AL ratio", row=1, col=1)
+    fig.update_yaxes(range=[0.5, 3.2], title_text="x EAGLE-3", row=2, col=1)
+    fig.update_yaxes(range=[0.3, 2.7], title_text="x plain decoding", row=3, col=1)
+    fig.update_layout(title="Where parallel drafting pays", height=1150, margin={"r": 20},
+                      legend={"font": {"size": 10}, "orientation": "h", "y": -0.07})
+    return fig
+
+def what_if_text(row: dict) -> str:
+    """One line for a :func:`peagle_lab.costmodel.what_if` row: the share, the line, the predicted speed-ups."""
+    verdict = "pays" if row["pays"] else "does not pay"
+    return (f"EAGLE-3 (K={row['k_sequential']}) drafts {row['draft_share']:.0%} of its step; "
+            f"P-EAGLE (K={row['k_parallel']}) needs AL ratio {row['al_ratio_needed']:.3f} "
+            f"and has {row['al_ratio']:.3f}: "
+            f"P-EAGLE / EAGLE-3 {row['predicted_ratio']:.2f}x ({verdict}); over plain decoding: "
+            f"P-EAGLE {row['parallel_vs_ar']:.2f}x, EAGLE-3 {row['sequential_vs_ar']:.2f}x")
+
+
+def what_if_explorer(accuracy: float = 1.0):
+    """Sliders over :func:`peagle_lab.costmodel.what_if`: P-EAGLE's acceptance as a share of EAGLE-3's, one sequential
+    drafter pass over one verify (p/V), and one parallel pass in sequential passes (r); two buttons set the costs to
+    the 135M engine's or a gpt-oss-20b-size drafter's. The prediction at the starting values is printed first, so a
+    run that cannot show widgets (a static render, a headless run) still shows it; without ipywidgets the function
+    returns None after printing. ``box.sliders`` and ``box.view`` are handles for tests and readers."""
+    from .costmodel import cost_ratios, drafter_20b, h200_135m, what_if
+
+    own, big = cost_ratios(h200_135m()), cost_ratios(drafter_20b())
+    print(f"costs: 135M engine p/V {own['pass_vs_verify']:.3f}, r {own['pass_ratio']:.2f}; "
+          f"gpt-oss-20b-size drafter p/V {big['pass_vs_verify']:.3f}, r {big['pass_ratio']:.2f}")
+    print(f"at {accuracy:.2f}x EAGLE-3's acceptance, the 135M engine's costs:",
+          what_if_text(what_if(accuracy, **own)))
+    try:
+        import ipywidgets as W
+    except ImportError:
+        return None
+
+    style, wide = {"description_width": "190px"}, W.Layout(width="520px")
+    sliders = {"accuracy": W.FloatSlider(value=accuracy, min=0.6, max=1.2, step=0.01, readout_format=".2f",
+                                         description="acceptance vs EAGLE-3", style=style, layout=wide),
+               "pass_vs_verify": W.FloatSlider(value=own["pass_vs_verify"], min=0.005, max=0.6, step=0.001,
+                                               readout_format=".3f", description="p/V (sequential pass)",
+                                               style=style, layout=wide),
+               "pass_ratio": W.FloatSlider(value=own["pass_ratio"], min=0.5, max=5.0, step=0.01, readout_format=".2f",
+                                           description="r (parallel pass)", style=style, layout=wide)}
+    view = W.HTML()
+
+    def show(*_):
+        view.value = f"<b>{html.escape(what_if_text(what_if(**{k: s.value for k, s in sliders.items()})))}</b>"
+
+    def use(costs):
+        def set_costs(_):
+            sliders["pass_vs_verify"].value, sliders["pass_ratio"].value = costs["pass_vs_verify"], costs["pass_ratio"]
+        return set_costs
+
+    buttons = [W.Button(description="135M engine's costs"), W.Button(description="20B-size drafter's costs")]
+    buttons[0].on_click(use(own))
+    buttons[1].on_click(use(big))
+    for s in sliders.values():
+        s.observe(show, names="value")
+    show()
+    box = W.VBox([*sliders.values(), W.HBox(buttons), view])
+    box.sliders, box.view, box.buttons = sliders, view, buttons
     return box

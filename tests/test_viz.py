@@ -190,3 +190,63 @@ def test_acceptance_explorer_in_colab_shows_the_figure_as_a_page_that_loads_plot
         page = htmllib.unescape(obj.data.split('srcdoc="', 1)[1].split('" style=', 1)[0])
         assert '<script charset="utf-8" src="https://cdn.plot.ly/' in page and "Plotly.newPlot" in page
         assert f"K={k}" in page and page.index("cdn.plot.ly") < page.index("Plotly.newPlot")
+
+
+def test_what_if_explorer_prints_first_then_follows_its_sliders(capsys, monkeypatch):
+    """The what-if control prints the prediction at its starting position (what a run without widgets shows), then
+    redraws on every slider move; its buttons load the 135M engine's and a 20B-size drafter's costs; without
+    ipywidgets it prints and returns None."""
+    import sys
+
+    from peagle_lab import costmodel as cm
+    from peagle_lab.viz import what_if_explorer, what_if_text
+
+    box = what_if_explorer(accuracy=1.0)
+    printed = capsys.readouterr().out
+    start = what_if_text(cm.what_if(1.0))
+    assert start in printed and "P-EAGLE / EAGLE-3 1.10x (pays)" in printed
+    assert start in box.view.value.replace("&#x27;", "'")
+    s = box.sliders
+    s["accuracy"].value = 0.8
+    assert "does not pay" in box.view.value
+    assert what_if_text(cm.what_if(0.8, s["pass_vs_verify"].value, s["pass_ratio"].value)) in \
+        box.view.value.replace("&#x27;", "'")
+    big, own = cm.cost_ratios(cm.drafter_20b()), cm.cost_ratios(cm.h200_135m())
+    box.buttons[1].click()
+    assert s["pass_vs_verify"].value == pytest.approx(big["pass_vs_verify"], abs=0.001)
+    assert s["pass_ratio"].value == pytest.approx(big["pass_ratio"], abs=0.01)
+    assert "(pays)" in box.view.value                                   # dear passes: parallel drafting pays
+    box.buttons[0].click()
+    assert s["pass_vs_verify"].value == pytest.approx(own["pass_vs_verify"], abs=0.001)
+
+    monkeypatch.setitem(sys.modules, "ipywidgets", None)                 # a Python without ipywidgets
+    assert what_if_explorer(accuracy=0.9) is None
+    assert what_if_text(cm.what_if(0.9)) in capsys.readouterr().out
+
+
+def test_pays_figure_shows_every_setting_the_paper_band_and_the_lines_to_clear():
+    """Notebook 07's figure: three panels sharing x; every row's point sits at its drafting share with the row's
+    values; the paper's range is a band in the middle panel and the blog's 1.55x a star; 1.0 is drawn in the two
+    speed panels."""
+    from peagle_lab import costmodel as cm
+    from peagle_lab.viz import PAYS_LABELS, pays_figure
+
+    rows = cm.where_it_pays()
+    fig = pays_figure(rows)
+    assert fig.layout.xaxis.matches == fig.layout.xaxis2.matches == "x3"       # one x axis for the three panels
+    assert set(PAYS_LABELS) == {r["setting"] for r in rows}
+    for r in rows:
+        label = PAYS_LABELS[r["setting"]]
+        for axis, column in (("y", "al_ratio"), ("y2", "measured_ratio"), ("y2", "predicted_ratio"),
+                             ("y3", "measured_parallel_vs_ar"), ("y3", "parallel_vs_ar")):
+            if r[column] is None or (axis == "y" and r["setting"].startswith("gpt-oss-20b-size")):
+                continue
+            hits = [(x, y) for t in fig.data if t.yaxis == axis and t.hovertext is not None
+                    for x, y, h in zip(t.x, t.y, t.hovertext) if h == r["setting"] and y == r[column]]
+            assert hits and hits[0][0] == r["draft_share"], (label, column)
+    star = [t for t in fig.data if t.marker.symbol == "star" and t.yaxis == "y2"]
+    assert list(star[0].y) == [1.55]
+    band = [s for s in fig.layout.shapes if s.type == "rect"]
+    assert len(band) == 1 and (band[0].y0, band[0].y1) == cm.paper_range() and band[0].yref == "y2"
+    ones = [s for s in fig.layout.shapes if s.type == "line" and s.y0 == s.y1 == 1.0]
+    assert sorted(s.yref for s in ones) == ["y2", "y3"]
