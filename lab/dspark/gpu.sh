@@ -2,7 +2,7 @@
 # The DSpark GPU runs on a lent, size-limited GPU machine (lab plumbing: nothing here is for users).
 #
 #   PARK_ONLY=1 bash lab/dspark/gpu.sh     carry parts/vc.part-NN (+ parts/bundle-src, parts/nbwheels): copies to /tmp/vp
-#   START=1     bash lab/dspark/gpu.sh     installs vLLM, copies the tree to /tmp/tree, starts the pipeline there under
+#   START=1     bash lab/dspark/gpu.sh     installs vLLM (NO_VLLM=1: unpacks parts/nbg.part-NN instead), copies the tree to /tmp/tree, starts the pipeline there under
 #                                          setsid (PIPELINE=pipeline|levers) and, with NOTEBOOKS=1,
 #                                          lab/gpu/32_notebooks_cuda.sh beside it; waits
 #               bash lab/dspark/gpu.sh     waits up to WAIT_S more, brings back what is done
@@ -13,12 +13,18 @@ mkdir -p /tmp/vp
 cp parts/vc.part-* /tmp/vp/ 2>/dev/null
 cp parts/bundle-src/* /tmp/vp/ 2>/dev/null
 [ -d parts/nbwheels ] && cp -r parts/nbwheels /tmp/vp/
+cp parts/nbg.part-* /tmp/vp/ 2>/dev/null      # NO_VLLM=1: the target's GGUF, its few wheels and nbwheels only
 echo "parked: $(ls /tmp/vp | grep -c part) parts; $(ls /tmp/vp)" | head -c 400; echo
 [ "${PARK_ONLY:-0}" = 1 ] && exit 0
 export PYTHONPATH=/tmp/tree PYTHONUNBUFFERED=1 PEAGLE_GGUF=/tmp/vp/b/target.gguf PEAGLE_CACHE=/tmp/pcache
 W=/tmp/ds
 if [ "${START:-0}" = 1 ] && [ ! -f $W/started ]; then
-  source lab/gpu/install_vllm_cuda.sh || exit 1
+  if [ "${NO_VLLM:-0}" = 1 ]; then
+    cat /tmp/vp/nbg.part-* | tar xf - -C /tmp/vp || exit 1
+    python -m pip install -q --no-deps --no-index /tmp/vp/b/wheels/*.whl || exit 1
+  else
+    source lab/gpu/install_vllm_cuda.sh || exit 1
+  fi
   mkdir -p $W /tmp/tree && tar cf - --exclude=./parts . | tar xf - -C /tmp/tree
   cp -r peagle_lab/drafters $W/shipped && touch $W/started
   (cd /tmp/tree && setsid nohup bash lab/dspark/${PIPELINE:-pipeline}.sh > $W/pipeline.log 2>&1 < /dev/null &)
