@@ -11,6 +11,9 @@
 * :func:`pays_figure` -- notebook 07's three panels on where parallel drafting pays, and
   :func:`what_if_explorer` -- sliders over the cost model's what-if (it prints first, so a run
   without widgets still shows the prediction).
+* :func:`repeat_spread` / :func:`spread_figure` -- one configuration measured several times (vLLM rows with a
+  ``config`` and a ``run`` each): the median, lowest and highest tokens/s per configuration, and a figure of the
+  medians with the lowest-to-highest range as error bars beside plain decoding's medians.
 
 Rows are dicts as written by ``peagle-lab bench`` (``method``, ``k``,
 ``acceptance_per_position``), optionally with ``prompts``, ``temperature`` and ``source`` (which
@@ -19,6 +22,7 @@ engine measured the row, e.g. vLLM's counters or the teaching engine).
 from __future__ import annotations
 
 import html
+import statistics
 import sys
 
 import plotly.graph_objects as go
@@ -450,3 +454,107 @@ def what_if_explorer(accuracy: float = 1.0):
     box = W.VBox([*sliders.values(), W.HBox(buttons), view])
     box.sliders, box.view, box.buttons = sliders, view, buttons
     return box
+
+
+# --- repeated measurements: how much one configuration's tokens/s moves -------------------------------------------
+MIN_REPEATS = 3              # a spread drawn from fewer measurements says little about the next one
+METHOD_NAMES = {"ar": "plain decoding", "none": "plain decoding", "eagle": "EAGLE-3", "peagle": "P-EAGLE",
+                "dspark": "DSpark"}
+_SPREAD_COLORS = {**COLORS, "dspark": "#2ca02c"}
+
+
+def _config(r: dict) -> str:
+    if r.get("config"):
+        return r["config"]
+    return "-".join(str(x) for x in (r["method"], r.get("k") and f"k{r['k']}", r.get("runner")) if x)
+
+
+def repeat_spread(rows: list[dict], concurrency: int = 1, min_repeats: int = 1) -> list[dict]:
+    """Per configuration, its repeated measurements at one ``concurrency``: ``repeats`` (how many),
+    ``median_tok_s``, ``min_tok_s``, ``max_tok_s``, ``spread_pct`` (highest minus lowest, in % of the median),
+    ``acceptance_length`` (the median AL; None for plain decoding) and ``x_plain``: the median over plain decoding's
+    median on the same model runner (``runner``; None where that runner has no plain decoding). A configuration is
+    the row's ``config``, or its method, K and runner. Configurations keep the order they first appear in.
+
+    ``min_repeats`` refuses (ValueError) a configuration measured fewer times: 3 before drawing a spread.
+
+    >>> rows = [dict(config="ar-v1", method="ar", k=None, runner="v1", concurrency=1, tokens_per_s=t,
+    ...              acceptance_length=None) for t in (100.0, 104.0, 98.0)]
+    >>> rows += [dict(config="peagle-k3-v1", method="peagle", k=3, runner="v1", concurrency=1, tokens_per_s=t,
+    ...               acceptance_length=1.9) for t in (60.0, 66.0, 65.0)]
+    >>> [(s["config"], s["repeats"], s["median_tok_s"], s["min_tok_s"], s["max_tok_s"], s["x_plain"])
+    ...  for s in repeat_spread(rows)]
+    [('ar-v1', 3, 100.0, 98.0, 104.0, 1.0), ('peagle-k3-v1', 3, 65.0, 60.0, 66.0, 0.65)]
+    """
+    groups: dict[str, list[dict]] = {}
+    for r in rows:
+        if r["concurrency"] == concurrency:
+            groups.setdefault(_config(r), []).append(r)
+    if not groups:
+        raise ValueError(f"no rows at concurrency {concurrency} (the rows have "
+                         f"{sorted({r['concurrency'] for r in rows})}): pass one of those as concurrency=")
+    few = {c: len(g) for c, g in groups.items() if len(g) < min_repeats}
+    if few:
+        raise ValueError(f"{', '.join(f'{c} has {n}' for c, n in few.items())} measurement(s) at concurrency "
+                         f"{concurrency}; a spread needs at least {min_repeats} per configuration. Measure each "
+                         f"configuration {min_repeats} times, in interleaved rounds, or pass min_repeats=1 for a table "
+                         "of single measurements (no spread to draw)")
+    table = []
+    for config, group in groups.items():
+        tps = [r["tokens_per_s"] for r in group]
+        als = [r["acceptance_length"] for r in group if r.get("acceptance_length") is not None]
+        first = group[0]
+        table.append({"config": config, "method": first["method"], "k": first.get("k"), "runner": first.get("runner"),
+                      "repeats": len(tps), "median_tok_s": statistics.median(tps), "min_tok_s": min(tps),
+                      "max_tok_s": max(tps), "spread_pct": 100 * (max(tps) - min(tps)) / statistics.median(tps),
+                      "acceptance_length": statistics.median(als) if als else None})
+    plain = {s["runner"]: s["median_tok_s"] for s in table if s["method"] in ("ar", "none")}
+    for s in table:
+        s["x_plain"] = s["median_tok_s"] / plain[s["runner"]] if s["runner"] in plain else None
+    return table
+
+
+def _spread_label(s: dict) -> str:
+    name = METHOD_NAMES.get(s["method"], s["method"])
+    return (name + (f" K={s['k']}" if s["k"] else "")
+            + (f" · {s['runner'].upper()}" if s["runner"] else ""))
+
+
+def spread_figure(rows: list[dict], title: str | None = None, concurrency: int = 1) -> go.Figure:
+    """:func:`repeat_spread` drawn: one marker per speculative configuration at its median tokens/s, an error bar
+    from its lowest to its highest measurement, labelled with its ratio to plain decoding on the same runner; plain
+    decoding's median on each runner is a dashed line over a band from its lowest to highest. Refuses (ValueError)
+    a configuration measured fewer than :data:`MIN_REPEATS` times: one or two measurements make no spread."""
+    table = repeat_spread(rows, concurrency, min_repeats=MIN_REPEATS)
+    fig = go.Figure()
+    spec = [s for s in table if s["method"] not in ("ar", "none")]
+    for method in dict.fromkeys(s["method"] for s in spec):
+        mine = [s for s in spec if s["method"] == method]
+        fig.add_scatter(
+            x=[_spread_label(s) for s in mine], y=[s["median_tok_s"] for s in mine], mode="markers+text",
+            name=METHOD_NAMES.get(method, method), marker={"size": 10, "color": _SPREAD_COLORS.get(method)},
+            customdata=[s["config"] for s in mine],
+            error_y={"type": "data", "symmetric": False, "array": [s["max_tok_s"] - s["median_tok_s"] for s in mine],
+                     "arrayminus": [s["median_tok_s"] - s["min_tok_s"] for s in mine], "width": 8},
+            text=[f"   {s['x_plain']:.2f}x" if s["x_plain"] is not None else "" for s in mine],
+            textposition="middle right", textfont={"size": 11},
+            hovertext=[f"{s['repeats']} measurements: median {s['median_tok_s']:.0f}, "
+                       f"{s['min_tok_s']:.0f}-{s['max_tok_s']:.0f} tokens/s, AL {s['acceptance_length'] or 0:.2f}"
+                       for s in mine])
+    plain = [s for s in table if s["method"] in ("ar", "none")]
+    for i, s in enumerate(plain):
+        dash = ("dash", "dot", "dashdot")[i % 3]
+        fig.add_hrect(y0=s["min_tok_s"], y1=s["max_tok_s"], fillcolor=_GREY, opacity=0.15, line_width=0)
+        fig.add_hline(y=s["median_tok_s"], line={"dash": dash, "color": _GREY, "width": 1.5},
+                      annotation_text=f"{_spread_label(s)}: {s['median_tok_s']:.0f} "
+                                      f"({s['min_tok_s']:.0f}-{s['max_tok_s']:.0f})",
+                      annotation_position="top left" if i % 2 == 0 else "bottom left", annotation_font_size=10)
+    n = sorted({s["repeats"] for s in table})
+    repeats = f"{n[0]}" if len(n) == 1 else f"{n[0]}-{n[-1]}"
+    fig.update_layout(
+        title=title or f"Tokens/s at concurrency {concurrency}: the median of {repeats} measurements<br><sup>bar: "
+                       "lowest to highest; label: over plain decoding on the same runner</sup>",
+        yaxis_title=f"tokens/s at concurrency {concurrency}", yaxis_rangemode="tozero", height=440,
+        xaxis_range=[-0.5, len(spec) - 0.2],           # room for the last configuration's label
+        margin={"t": 70, "b": 40}, legend={"orientation": "h", "y": -0.15})
+    return fig

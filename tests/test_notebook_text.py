@@ -142,3 +142,32 @@ def test_expected_answers_stay_folded_until_the_reader_opens_them(path):
     """An exercise's expected answer sits in a collapsed <details> block, never in plain sight under it."""
     shown = [t[:80] for t in markdown(path) if re.search(r"Expected answers?|\(Expected:", t) and "<details>" not in t]
     assert not shown, f"{path.name}: expected answers in plain sight: {shown}"
+
+
+def test_05_draws_the_c1_spread_from_its_records_and_cites_only_recorded_ratios():
+    """05's concurrency-1 spread comes from the recorded rounds (no typed table of tokens/s), and every ratio its
+    reading cites is one the recorded rows give: the H200 sweep's single measurements and the H100's medians."""
+    import statistics
+
+    from peagle_lab import recorded
+
+    cells = text(ROOT / "notebooks" / "05_serving.ipynb")
+    md = markdown(ROOT / "notebooks" / "05_serving.ipynb")
+    assert any("spread_figure(" in t and "repeat_spread(" in t and 'recorded.load("dspark")' in t for t in cells)
+    assert not [line for t in md for line in t.splitlines() if line.startswith("|") and "tokens/s" in line]
+    assert not [t for t in cells if "0.88" in t], "a ratio that no recorded file of this repository holds"
+    h100 = [r for r in recorded.load("dspark")["vllm"]["rows"] if r["concurrency"] == 1]
+    configs = {r["config"] for r in h100}
+    med = {c: statistics.median(r["tokens_per_s"] for r in h100 if r["config"] == c) for c in configs}
+    h200 = {r["config"]: r for r in recorded.load("vllm_cuda_h200")["rows"]
+            if r["prompts"] == "mt-bench" and r["concurrency"] == 1}
+    tps = {c: r["tokens_per_s"] for c, r in h200.items()}
+    reading = next(t for t in md if t.startswith("Read the figure and the two tables together"))
+    for cited in (tps["peagle-k3-v1"] / tps["ar-v1"], med["peagle-k3-v1"] / med["ar-v1"],
+                  tps["eagle-k3-auto"] / tps["ar-auto"], med["eagle-k3-v2"] / med["ar-v2"],
+                  med["peagle-k3-v1"] / med["eagle-k3-v2"], tps["peagle-k3-v1"] / tps["eagle-k3-auto"],
+                  tps["peagle-k3-v1"] / tps["eagle-k3-v1"]):
+        assert f"{cited:.2f}x" in reading, f"{cited:.2f}x"
+    pe = [h200[f"peagle-k{k}-v1"] for k in (3, 5, 7)]
+    assert ", ".join(f"{r['tokens_per_s']:.0f}" for r in pe) in reading
+    assert ", ".join(f"{r['acceptance_length']:.2f}" for r in pe) in reading

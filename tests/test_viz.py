@@ -250,3 +250,75 @@ def test_pays_figure_shows_every_setting_the_paper_band_and_the_lines_to_clear()
     assert len(band) == 1 and (band[0].y0, band[0].y1) == cm.paper_range() and band[0].yref == "y2"
     ones = [s for s in fig.layout.shapes if s.type == "line" and s.y0 == s.y1 == 1.0]
     assert sorted(s.yref for s in ones) == ["y2", "y3"]
+
+
+# --- repeated concurrency-1 measurements: notebook 05's spread ---------------------------------------------------
+def _c1_rounds():
+    """The H100 rows of CUDA vLLM at concurrency 1, each configuration in three interleaved rounds."""
+    from peagle_lab import recorded
+
+    return [r for r in recorded.load("dspark")["vllm"]["rows"] if r["concurrency"] == 1]
+
+
+def test_repeat_spread_is_the_median_min_and_max_of_the_recorded_rounds():
+    import numpy as np
+
+    from peagle_lab.viz import repeat_spread
+
+    rows = _c1_rounds()
+    table = repeat_spread(rows, min_repeats=3)
+    assert [s["config"] for s in table] == list(dict.fromkeys(r["config"] for r in rows))
+    plain = {r["runner"]: float(np.median([q["tokens_per_s"] for q in rows if q["config"] == f"ar-{r['runner']}"]))
+             for r in rows}
+    for s in table:
+        mine = [r for r in rows if r["config"] == s["config"]]
+        tps = [r["tokens_per_s"] for r in mine]
+        assert s["repeats"] == len(tps) == len({r["run"] for r in mine}) >= 3
+        assert s["median_tok_s"] == pytest.approx(float(np.median(tps)), rel=1e-12)
+        assert (s["min_tok_s"], s["max_tok_s"]) == (min(tps), max(tps))
+        assert s["spread_pct"] == pytest.approx(100 * (max(tps) - min(tps)) / float(np.median(tps)))
+        assert s["x_plain"] == pytest.approx(s["median_tok_s"] / plain[s["runner"]])
+        als = {r["acceptance_length"] for r in mine}
+        assert s["acceptance_length"] == (None if als == {None} else pytest.approx(float(np.median(list(als)))))
+        assert (s["method"], s["k"], s["runner"]) == (mine[0]["method"], mine[0]["k"], mine[0]["runner"])
+    by = {s["config"]: s for s in table}
+    # what notebook 05 reads off the table: P-EAGLE (V1) 0.65x plain V1 and 0.56x EAGLE-3 (V2); EAGLE-3 1.26x plain V2
+    assert round(by["peagle-k3-v1"]["x_plain"], 2) == 0.65 and round(by["eagle-k3-v2"]["x_plain"], 2) == 1.26
+    assert round(by["peagle-k3-v1"]["median_tok_s"] / by["eagle-k3-v2"]["median_tok_s"], 2) == 0.56
+    assert max(s["spread_pct"] for s in table) < 6          # a few percent within a configuration
+
+
+def test_spread_figure_draws_each_configuration_from_its_repeats_beside_plain_decoding():
+    from peagle_lab.viz import MIN_REPEATS, repeat_spread, spread_figure
+
+    rows = _c1_rounds()
+    by = {s["config"]: s for s in repeat_spread(rows)}
+    fig = spread_figure(rows)
+    drawn = []
+    for trace in fig.data:
+        for config, y, up, down in zip(trace.customdata, trace.y, trace.error_y.array, trace.error_y.arrayminus):
+            s = by[config]
+            assert s["repeats"] >= MIN_REPEATS == 3
+            assert y == s["median_tok_s"]
+            assert y + up == pytest.approx(s["max_tok_s"]) and y - down == pytest.approx(s["min_tok_s"])
+            drawn.append(config)
+    plain = [c for c, s in by.items() if s["method"] == "ar"]
+    assert sorted(drawn) == sorted(set(by) - set(plain))
+    lines = sorted(s.y0 for s in fig.layout.shapes if s.type == "line" and s.y0 == s.y1)
+    bands = sorted((s.y0, s.y1) for s in fig.layout.shapes if s.type == "rect")
+    assert lines == sorted(by[c]["median_tok_s"] for c in plain)            # plain decoding, V1 and V2
+    assert bands == sorted((by[c]["min_tok_s"], by[c]["max_tok_s"]) for c in plain)
+
+
+def test_spread_figure_refuses_a_configuration_measured_twice():
+    from peagle_lab.viz import repeat_spread, spread_figure
+
+    rows = [r for r in _c1_rounds() if not (r["config"] == "peagle-k3-v1" and r["run"] == "c1-r2")]
+    with pytest.raises(ValueError, match=r"peagle-k3-v1 has 2 measurement.*at least 3.*interleaved rounds.*"
+                                         r"min_repeats=1"):
+        spread_figure(rows)
+    with pytest.raises(ValueError, match="peagle-k3-v1 has 2"):
+        repeat_spread(rows, min_repeats=3)
+    assert {s["config"]: s["repeats"] for s in repeat_spread(rows)}["peagle-k3-v1"] == 2   # a table still can
+    with pytest.raises(ValueError, match="no rows at concurrency 2"):
+        repeat_spread(rows, concurrency=2)
