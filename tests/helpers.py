@@ -1,4 +1,8 @@
-"""Shared test builders: tiny targets, random drafters and learnable training samples made in code."""
+"""Shared test builders: tiny targets, random drafters and learnable training samples made in code, and the
+benchmark scripts loaded as modules."""
+import importlib.util
+from pathlib import Path
+
 import torch
 from transformers import AutoModelForCausalLM, LlamaConfig
 
@@ -47,3 +51,12 @@ def learnable_samples(n: int = 12, vocab: int = 50, seed: int = 0) -> list[Sampl
         ids = (start + step * torch.arange(30)) % vocab
         out.append(Sample(ids, prompt_len=5))
     return out
+
+
+def load_benchmark(relpath: str):
+    """A script under benchmarks/ (``"make_results.py"``, ``"gpu/fast_engine_bench.py"``), imported as a module."""
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / relpath
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -1,16 +1,12 @@
 """The drafter-forward GPU benchmark runs end to end at tiny size on CPU, and its built-in check holds:
 slot 0 of the parallel pass and the first sequential pass give the single pass's logits."""
-import importlib.util
 import json
-from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_drafter_forward.py"
+from helpers import load_benchmark
 
 
 def test_tiny_run_writes_rows_and_checks_hold(tmp_path):
-    spec = importlib.util.spec_from_file_location("bench_drafter_forward", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_benchmark("bench_drafter_forward.py")
     out = tmp_path / "tiny.json"
     mod.main(["--tiny", "--json", str(out)])
     r = json.loads(out.read_text())
@@ -29,8 +25,6 @@ def test_cudagraph_mode_needs_a_gpu(tmp_path):
 
     if torch.cuda.is_available():
         pytest.skip("this checks the CPU refusal")
-    spec = importlib.util.spec_from_file_location("bench_drafter_forward", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_benchmark("bench_drafter_forward.py")
     with pytest.raises(SystemExit, match="cudagraph needs a CUDA GPU"):
         mod.main(["--tiny", "--compile", "cudagraph", "--json", str(tmp_path / "x.json")])

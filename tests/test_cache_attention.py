@@ -281,12 +281,8 @@ def test_bench_passes_attention_through(target, monkeypatch):
     with pytest.raises(ValueError, match="choose 'auto'"):
         FastConfig(attention="flash")
 
-    import importlib.util
-    from pathlib import Path
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu" / "fast_engine_bench.py"
-    spec = importlib.util.spec_from_file_location("fast_engine_bench", path)
-    feb = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(feb)
+    from helpers import load_benchmark
+    feb = load_benchmark("gpu/fast_engine_bench.py")
     # prompt graphs are on by default on CUDA (captured steps), off on the CPU
     assert feb._mode(out["settings"]) == ("plain+triton" if target.device.type == "cpu" else "plain+triton+pgraph")
     assert feb._mode({"compile": True, "attention": "triton"}) == "default+triton"

@@ -102,11 +102,9 @@ def test_every_docs_page_is_in_the_index():
 
 def test_results_md_is_what_make_results_generates():
     """benchmarks/RESULTS.md is generated: rerun `python benchmarks/make_results.py` after adding a result."""
-    import importlib.util
+    from helpers import load_benchmark
 
-    spec = importlib.util.spec_from_file_location("make_results", ROOT / "benchmarks" / "make_results.py")
-    make_results = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(make_results)
+    make_results = load_benchmark("make_results.py")
     text = make_results.render()
     assert text == (ROOT / "benchmarks" / "RESULTS.md").read_text(), \
         "benchmarks/RESULTS.md is stale: run python benchmarks/make_results.py"

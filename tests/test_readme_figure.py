@@ -3,21 +3,18 @@ rows for the shipped pair at K=7 and concurrency 1 on MT-Bench, and the README's
 those ALs (a data oracle; the image itself is not compared)."""
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
+from helpers import load_benchmark
 
 ROOT = Path(__file__).resolve().parents[1]
 RAW = ROOT / "benchmarks" / "results" / "vllm_cuda_h200_sweep.json"
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("readme_figure", ROOT / "benchmarks" / "readme_figure.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("readme_figure.py")
 
 
 def _raw_row(config: str) -> dict:

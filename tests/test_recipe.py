@@ -6,7 +6,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from helpers import learnable_samples, tiny_target
+from helpers import learnable_samples, load_benchmark, tiny_target
 from peagle_lab.checkpoint import load_drafter, save_drafter
 from peagle_lab.drafter import DrafterConfig, init_drafter, unused_token_id
 from peagle_lab.engines.drafting import draft_parallel
@@ -190,17 +190,11 @@ def test_materialise_command_prints_the_folder_vllm_loads(target, tmp_path, caps
 def test_ablation_eval_several_k_equals_one_eval_per_k(target, tmp_path):
     """benchmarks/ablation_eval.py replays every K on replies made once for the largest K, cut to length: the
     same numbers as evaluating each K on its own replies (greedy replies are prefix-stable)."""
-    import importlib.util
-    from pathlib import Path
-
     from peagle_lab.drafters_registry import drafter_for
     from peagle_lab.train.replay import evaluate_drafters, greedy_replies
     from peagle_lab.prompts import load_prompts
 
-    root = Path(__file__).resolve().parents[1]
-    spec = importlib.util.spec_from_file_location("ablation_eval", root / "benchmarks" / "ablation_eval.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_benchmark("ablation_eval.py")
     out = mod.main(["peagle-smollm2", "eagle-smollm2", "--ks", "2", "4", "--num-prompts", "2", "--max-new-tokens", "12",
                     "--json", str(tmp_path / "abl.json")])
     written = json.loads((tmp_path / "abl.json").read_text())["results_by_k"]

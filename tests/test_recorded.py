@@ -1,13 +1,13 @@
 """Recorded results ship as package data, are what benchmarks/make_recorded.py makes, and notebooks read only them."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 from pathlib import Path
 
 import pytest
 
+from helpers import load_benchmark
 from peagle_lab import recorded
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -15,10 +15,7 @@ NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 
 
 def _make_recorded():
-    spec = importlib.util.spec_from_file_location("make_recorded", ROOT / "benchmarks" / "make_recorded.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("make_recorded.py")
 
 
 def _code(path: Path) -> str:

@@ -1,19 +1,16 @@
 """The recorded CUDA cross-check is what benchmarks/vllm_cuda_crosscheck.py makes from the two raw records, and vLLM's
 acceptance in bf16 stays within a few hundredths of the teaching engine's at every K."""
-import importlib.util
 import json
 from pathlib import Path
+
+from helpers import load_benchmark
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 
 
 def _module():
-    path = ROOT / "benchmarks" / "vllm_cuda_crosscheck.py"
-    spec = importlib.util.spec_from_file_location("vllm_cuda_crosscheck", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("vllm_cuda_crosscheck.py")
 
 
 def test_recorded_crosscheck_is_regenerated_from_the_raw_records():
